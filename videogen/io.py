@@ -91,12 +91,12 @@ class VideoWriter:
         frames = np.asarray(frames)
         if frames.ndim == 3:
             frames = frames[None]
+        if len(frames) == 0:
+            return
         if frames.dtype != np.uint8 or frames.shape[1:] != (self.height, self.width, 3):
             raise ValueError(
                 f"frames must be uint8 (T, {self.height}, {self.width}, 3), got {frames.dtype} {frames.shape}"
             )
-        if len(frames) == 0:
-            return
         if self._first_frame is None:
             self._first_frame = frames[0].copy()
         try:

@@ -1,0 +1,249 @@
+"""`videogen` command line: a thin consumer of `videogen.render`.
+
+Bad input gets one line, `videogen: error: --option=value: reason`, and exit status 2; nothing
+is left half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, VideogenError
+from videogen.io import VideoIOError
+
+EXIT_BAD_INPUT = 2
+
+_FLAG = {  # spec field -> the CLI's name for it
+    "prompt": "PROMPT",
+    "size": "--size",
+    "seconds": "--seconds",
+    "fps": "--fps",
+    "steps": "--steps",
+    "guidance": "--guidance",
+    "flow_shift": "--flow-shift",
+    "seed": "--seed",
+    "segment_seconds": "--segment-seconds",
+    "overlap_frames": "--overlap-frames",
+    "attention": "--attention",
+    "device": "--device",
+    "dtype": "--dtype",
+    "model": "--model",
+}
+
+
+class UsageError(VideogenError):
+    """Bad command-line usage detected by the CLI itself."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints the whole usage)
+        raise UsageError(message)
+
+
+def _option_name(field: str) -> str:
+    if field.startswith("shots["):
+        return "--shot " + field
+    return _FLAG.get(field, field)
+
+
+def _parse_shot(text: str) -> tuple[str, float]:
+    prompt, sep, seconds = text.rpartition(":")
+    if not sep or not prompt.strip():
+        raise InvalidOption("--shot", text, 'expected "PROMPT:SECONDS"')
+    try:
+        return prompt.strip(), float(seconds)
+    except ValueError:
+        raise InvalidOption("--shot", text, f"seconds {seconds!r} is not a number") from None
+
+
+def _load_timeline(path: str) -> list[tuple[str, float]]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidOption("--timeline", path, "file does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        raise InvalidOption("--timeline", path, f"not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
+    shots = data.get("shots") if isinstance(data, dict) else data
+    if not isinstance(shots, list) or not shots:
+        raise InvalidOption("--timeline", path, "expected a list of {prompt, seconds} (or {shots: [...]})")
+    out = []
+    for i, item in enumerate(shots):
+        if not isinstance(item, dict) or "prompt" not in item or "seconds" not in item:
+            raise InvalidOption("--timeline", path, f"entry {i} needs 'prompt' and 'seconds'")
+        out.append((str(item["prompt"]), item["seconds"]))
+    return out
+
+
+def _add_render_parser(sub) -> None:
+    p = sub.add_parser("render", help="render a video", description="Render a video from a prompt or a timeline of shots.")
+    p.add_argument("prompt", nargs="?", help="what to show (or use --shot / --timeline)")
+    p.add_argument("-o", "--output", required=True, help="output .mp4 path (a .png thumbnail is written beside it)")
+    p.add_argument("--seconds", type=float, help="duration (default 5)")
+    p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
+    p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
+    p.add_argument("--model", default="", help="preset name or local diffusers folder (default: builtin)")
+    p.add_argument("--size", help="WIDTHxHEIGHT")
+    p.add_argument("--fps", type=float)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--guidance", type=float)
+    p.add_argument("--flow-shift", type=float)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--negative-prompt", default="")
+    p.add_argument("--segment-seconds", type=float)
+    p.add_argument("--overlap-frames", type=int)
+    p.add_argument("--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)")
+    p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
+    p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--workdir", help="checkpoint folder: an interrupted render resumes from its last segment")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_render)
+
+
+def _spec_from_args(args):
+    from videogen.presets import parse_size
+    from videogen.spec import RenderSpec, Shot
+
+    shots: list[tuple[str, float]] = []
+    if args.timeline:
+        shots += _load_timeline(args.timeline)
+    shots += [_parse_shot(s) for s in args.shot]
+    if shots and (args.prompt or args.seconds is not None):
+        raise InvalidOption("PROMPT", args.prompt or args.seconds, "give either PROMPT [--seconds] or --shot/--timeline, not both")
+    if not shots:
+        if args.prompt is None:
+            raise InvalidOption("PROMPT", "", "a prompt is required (or --shot / --timeline)")
+        shots = [(args.prompt, 5.0 if args.seconds is None else args.seconds)]
+    drift = {}
+    if args.drift_mode is not None:
+        drift["mode"] = args.drift_mode
+    if args.drift_strength is not None:
+        drift["strength"] = args.drift_strength
+    return RenderSpec(
+        shots=[Shot(p, float(s)) for p, s in shots],
+        model=args.model,
+        size=parse_size(args.size, "size") if args.size else None,
+        fps=args.fps,
+        steps=args.steps,
+        guidance=args.guidance,
+        flow_shift=args.flow_shift,
+        seed=args.seed,
+        negative_prompt=args.negative_prompt,
+        segment_seconds=args.segment_seconds,
+        overlap_frames=args.overlap_frames,
+        attention=args.attention,
+        device=args.device,
+        dtype=args.dtype,
+        drift_correction=drift,
+    ).validate()
+
+
+def cmd_render(args) -> int:
+    from tqdm import tqdm
+
+    from videogen.io import check_output_path
+    from videogen.models.loader import load_model
+    from videogen.pipeline import StepProgress
+    from videogen.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted, prepare, render
+
+    spec = _spec_from_args(args)
+    check_output_path(args.output)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+    for w in caught:
+        if "videogen" in str(w.filename) and not args.quiet:
+            print(f"videogen: warning: {w.message}", file=sys.stderr)
+    prepare(spec, model)  # all bad input is reported before any work starts
+
+    seg_bar = step_bar = None
+    steps_per_segment = 0
+    for event in render(spec, args.output, model=model, workdir=args.workdir):
+        if args.quiet:
+            pass
+        elif isinstance(event, RenderStarted):
+            s = event.settings
+            steps_per_segment = s.steps
+            print(
+                f"videogen: {event.plan.total_frames} frames at {s.width}x{s.height} {s.fps:g} fps, "
+                f"{len(event.plan)} segment(s) x {s.steps} steps, model {model.preset.name}, attention {model.attention}",
+                file=sys.stderr,
+            )
+            seg_bar = tqdm(total=len(event.plan), desc="segments", unit="seg", position=0, file=sys.stderr)
+        elif isinstance(event, SegmentStarted):
+            step_bar = tqdm(total=steps_per_segment, desc=f"segment {event.index + 1}",
+                            unit="step", position=1, leave=False, file=sys.stderr)  # fmt: skip
+        elif isinstance(event, StepProgress) and step_bar is not None:
+            step_bar.update(1)
+        elif isinstance(event, SegmentFinished):
+            if step_bar is not None:
+                step_bar.close()
+                step_bar = None
+            seg_bar.update(1)
+        elif isinstance(event, RenderFinished):
+            seg_bar.close()
+            print(f"videogen: wrote {event.video} ({event.frames} frames)", file=sys.stderr)
+    return 0
+
+
+def cmd_models(args) -> int:
+    from videogen.presets import default_preset_name, load_presets
+
+    presets = load_presets()
+    default = default_preset_name()
+    if args.json:
+        print(json.dumps([{"name": p.name, "kind": p.kind, "available": p.available, "path": str(p.path) if p.path else None,
+                           "size": f"{p.size[0]}x{p.size[1]}", "fps": p.fps, "default": p.name == default}
+                          for p in presets.values()]))  # fmt: skip
+        return 0
+    print(f"{'preset':<22} {'present':<8} {'size':<10} {'fps':>4}  where")
+    for p in presets.values():
+        where = "built in" if p.kind == "builtin" else str(p.path)
+        mark = "*" if p.name == default else " "
+        print(f"{mark}{p.name:<21} {'yes' if p.available else 'no':<8} {p.size[0]}x{p.size[1]:<6} {p.fps:>4g}  {where}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="videogen", description="Long-form video generation with open diffusion transformers.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_render_parser(sub)
+    m = sub.add_parser("models", help="list model presets and whether each one's weights are present")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_models)
+    for name in ("videogen.drift_cli",):  # subcommands owned by other modules
+        try:
+            module = __import__(name, fromlist=["add_drift_parser"])
+        except ImportError:
+            continue
+        module.add_drift_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except InvalidOption as exc:
+        print(f"videogen: error: {_option_name(exc.option)}={exc.value}: {exc.reason}", file=sys.stderr)
+    except (UsageError, ModelLoadError, VideoIOError, ValueError) as exc:
+        print(f"videogen: error: {exc}", file=sys.stderr)
+    except NonFiniteLatents as exc:
+        print(f"videogen: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("videogen: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

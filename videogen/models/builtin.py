@@ -1,0 +1,90 @@
+"""The built-in model: a small `WanTransformer3DModel` + `PixelCodec` + `VocabPromptEncoder`.
+
+It runs through exactly the same pipeline code as real Wan checkpoints. Sizes (64x64 at 16 fps):
+the pixel codec folds 4x4x4 pixel blocks into 192 channels, the transformer patches 1x2x2, so one
+token covers 4 frames x 8x8 pixels; a 5 s segment (81 frames, 21 latent frames) is 21x8x8 = 1,344
+tokens, which a 2-core CPU denoises in seconds.
+
+Trained weights ship as `weights/builtin.safetensors` beside this file once the built-in model has
+been trained (`videogen train builtin`); until then the weights are a fixed random initialisation
+(seed 0), so output is deterministic but not recognisable. `is_trained()` tells which.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from videogen.models.codec import PixelCodec
+from videogen.models.text import VocabPromptEncoder
+
+WEIGHTS_FILE = Path(__file__).resolve().parent / "weights" / "builtin.safetensors"
+
+COLOURS = ["red", "green", "blue", "yellow", "white", "orange", "purple", "cyan", "black", "gray"]
+SHAPES = ["circle", "square", "triangle"]
+MOTIONS = ["moving", "left", "right", "up", "down", "bouncing", "still", "staying"]
+GLUE = ["a", "an", "and", "on", "background", "with", "the", "slowly", "getting", "brighter", "darker", "light"]
+VOCAB = COLOURS + SHAPES + MOTIONS + GLUE
+
+TEXT_DIM = 64
+TRANSFORMER_CONFIG = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=4,
+    attention_head_dim=32,
+    in_channels=192,
+    out_channels=192,
+    text_dim=TEXT_DIM,
+    freq_dim=64,
+    ffn_dim=512,
+    num_layers=4,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    rope_max_seq_len=1024,
+)
+
+
+def build_builtin(init_seed: int = 0):
+    """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        transformer = WanTransformer3DModel(**TRANSFORMER_CONFIG)
+        encoder = VocabPromptEncoder(VOCAB, TEXT_DIM)
+        torch.nn.init.normal_(encoder.pos, std=0.02)
+    if is_trained():
+        from safetensors.torch import load_file
+
+        state = load_file(str(WEIGHTS_FILE))
+        transformer.load_state_dict({k[len("transformer.") :]: v for k, v in state.items() if k.startswith("transformer.")})
+        encoder.load_state_dict({k[len("text.") :]: v for k, v in state.items() if k.startswith("text.")})
+    else:
+        warnings.warn(
+            "the built-in model has not been trained yet: using fixed random weights (output is not recognisable)",
+            stacklevel=2,
+        )
+    transformer.eval()
+    encoder.eval()
+    return transformer, PixelCodec(4, 4), encoder
+
+
+def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
+    """Move to `device` and cast to `dtype`, keeping the modules Wan needs in fp32 (RoPE, time
+    embedding, modulation tables, norms) in fp32, as `from_pretrained(torch_dtype=...)` does."""
+    transformer.to(device)
+    if dtype == torch.float32:
+        return transformer
+    keep = tuple(transformer._keep_in_fp32_modules or ())
+    for name, module in transformer.named_modules():
+        if any(part in keep for part in name.split(".")):
+            continue
+        for p in module.parameters(recurse=False):
+            p.data = p.data.to(dtype)
+    return transformer
+
+
+def is_trained() -> bool:
+    return WEIGHTS_FILE.is_file()

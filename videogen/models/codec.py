@@ -1,0 +1,105 @@
+"""Latent codecs: pixels <-> the latent space the transformer denoises.
+
+Two implementations behind one interface:
+
+* `WanVAECodec` wraps diffusers' `AutoencoderKLWan` (Wan 2.1: 4x temporal, 8x spatial, 16
+  channels; Wan 2.2 TI2V: 4x16x16, 48 channels), including the per-channel latent normalisation
+  the Wan pipelines apply. The VAE runs in fp32: a half-precision VAE is a known drift source.
+* `PixelCodec`, the built-in model's fixed, lossless codec: it folds `tf x s x s` blocks of
+  pixels into channels (space-to-depth in time and space). It follows the same frame rule as
+  Wan's causal VAE (tf*k+1 frames -> k+1 latent frames; the first latent frame holds one frame,
+  stored `tf` times), so the planner, handoff and stitcher treat both alike.
+
+Video tensors are (B, 3, T, H, W) in [-1, 1]; latents are (B, C, F, h, w).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class LatentCodec(Protocol):
+    temporal_factor: int
+    spatial_factor: int
+    latent_channels: int
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor: ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
+
+
+class PixelCodec:
+    """Lossless space-to-depth codec. Channels = 3 * tf * s * s."""
+
+    def __init__(self, temporal_factor: int = 4, spatial_factor: int = 4) -> None:
+        self.temporal_factor = temporal_factor
+        self.spatial_factor = spatial_factor
+        self.latent_channels = 3 * temporal_factor * spatial_factor**2
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = video.shape
+        tf, s = self.temporal_factor, self.spatial_factor
+        if (t - 1) % tf or h % s or w % s:
+            raise ValueError(f"PixelCodec needs {tf}k+1 frames and sides divisible by {s}, got {t}x{h}x{w}")
+        # The first frame alone fills a whole group, repeated tf times (Wan's causal first frame).
+        video = torch.cat([video[:, :, :1].expand(b, c, tf, h, w), video[:, :, 1:]], dim=2)
+        f = video.shape[2] // tf
+        x = video.reshape(b, c, f, tf, h // s, s, w // s, s)  # (B, 3, F, tf, h, s, w, s)
+        x = x.permute(0, 1, 3, 5, 7, 2, 4, 6)  # (B, 3, tf, s, s, F, h, w)
+        return x.reshape(b, self.latent_channels, f, h // s, w // s).contiguous()
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        b, ch, f, hl, wl = latents.shape
+        tf, s = self.temporal_factor, self.spatial_factor
+        if ch != self.latent_channels:
+            raise ValueError(f"PixelCodec expects {self.latent_channels} channels, got {ch}")
+        x = latents.reshape(b, 3, tf, s, s, f, hl, wl).permute(0, 1, 5, 2, 6, 3, 7, 4)  # (B,3,F,tf,h,s,w,s)
+        video = x.reshape(b, 3, f * tf, hl * s, wl * s)
+        # Latent frame 0 decodes to one frame: the last of its group. For a clip's true first frame
+        # all tf copies are equal; for a handed-over prefix (a mid-clip latent frame placed first) the
+        # last frame is the one that immediately precedes the next latent frame's frames.
+        return video[:, :, tf - 1 :].contiguous()
+
+
+class WanVAECodec:
+    """diffusers `AutoencoderKLWan` with Wan's latent normalisation."""
+
+    def __init__(self, vae) -> None:
+        self.vae = vae
+        cfg = vae.config
+        self.temporal_factor = int(getattr(cfg, "scale_factor_temporal", None) or 4)
+        self.spatial_factor = int(getattr(cfg, "scale_factor_spatial", None) or 8)
+        self.latent_channels = int(cfg.z_dim)
+        self._mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1)
+        self._inv_std = 1.0 / torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.vae.parameters()).device
+
+    @torch.no_grad()
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        x = video.to(self.device, self.vae.dtype)
+        latents = self.vae.encode(x).latent_dist.mode().float()
+        return (latents - self._mean.to(latents.device)) * self._inv_std.to(latents.device)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        z = latents.to(self.device, torch.float32)
+        z = z / self._inv_std.to(z.device) + self._mean.to(z.device)
+        video = self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0]
+        return video.float().clamp(-1, 1)
+
+
+def video_to_uint8(video: torch.Tensor) -> "np.ndarray":  # noqa: F821
+    """(B=1, 3, T, H, W) in [-1, 1] -> numpy uint8 (T, H, W, 3)."""
+    x = ((video[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return x.permute(1, 2, 3, 0).cpu().numpy()
+
+
+def uint8_to_video(frames) -> torch.Tensor:
+    """numpy uint8 (T, H, W, 3) -> (1, 3, T, H, W) float32 in [-1, 1]."""
+    x = torch.as_tensor(frames).permute(3, 0, 1, 2).float()
+    return (x / 127.5 - 1.0).unsqueeze(0)

@@ -1,0 +1,193 @@
+"""Model loading: a preset name or a local diffusers folder -> a ready `VideoModel`.
+
+Wan-family folders in diffusers layout are loaded component by component (`model_index.json`,
+transformer[, transformer_2], vae, text_encoder, tokenizer, scheduler) with `local_files_only`,
+so nothing is ever fetched from a hub; a missing folder or component is a clear error. The
+attention backend is chosen here, once, and carried on the model (nothing switches it later).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from videogen.errors import InvalidOption, ModelLoadError
+from videogen.presets import Preset, default_preset_name, get_preset, preset_for_folder
+
+REQUIRED_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+
+
+@dataclass
+class VideoModel:
+    """Everything the denoising pipeline needs, on one device."""
+
+    preset: Preset
+    transformer: Any  # diffusers WanTransformer3DModel
+    codec: Any  # videogen.models.codec.LatentCodec
+    prompt_encoder: Any  # .encode(list[str]) -> (B, L, D)
+    scheduler_config: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+    attention: str = "dense"
+    transformer_2: Any = None  # Wan 2.2 A14B low-noise expert
+    boundary_ratio: float | None = None
+    expand_timesteps: bool = False  # Wan 2.2 TI2V: per-token timesteps always
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def patch_size(self) -> tuple[int, int, int]:
+        return tuple(self.transformer.config.patch_size)
+
+    @property
+    def size_multiple(self) -> tuple[int, int]:
+        """(width, height) must be multiples of these: VAE stride x patch size."""
+        _, ph, pw = self.patch_size
+        s = self.codec.spatial_factor
+        return s * pw, s * ph
+
+    def make_scheduler(self, flow_shift: float | None = None):
+        import diffusers
+
+        cfg = dict(self.scheduler_config)
+        cls = getattr(diffusers, cfg.pop("_class_name", "FlowMatchEulerDiscreteScheduler"))
+        cfg.pop("_diffusers_version", None)
+        if flow_shift is not None:
+            if "flow_shift" in cfg or cls.__name__ == "UniPCMultistepScheduler":
+                cfg["flow_shift"] = flow_shift
+            if "shift" in cfg or cls.__name__ == "FlowMatchEulerDiscreteScheduler":
+                cfg["shift"] = flow_shift
+        return cls.from_config(cfg)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InvalidOption("device", device, "must be auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidOption("device", device, "CUDA is not available on this machine")
+    if dev.type not in ("cpu", "cuda"):
+        raise InvalidOption("device", device, "must be auto, cpu, cuda or cuda:N")
+    return dev
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise InvalidOption("dtype", dtype, f"must be one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def resolve_preset(model: str) -> Preset:
+    """A preset name, or a path to a diffusers folder (anything containing a path separator or
+    naming an existing folder)."""
+    name = model or default_preset_name()
+    path = Path(name).expanduser()
+    looks_like_path = "/" in name or name.startswith((".", "~")) or path.is_dir()
+    if looks_like_path:
+        if not path.is_dir():
+            raise ModelLoadError(f"--model {name!r}: folder does not exist")
+        return preset_for_folder(path)
+    return get_preset(name)
+
+
+def check_model_folder(path: Path) -> dict[str, Any]:
+    """Return model_index.json's content, or raise naming what is missing."""
+    if path is None or not path.is_dir():
+        raise ModelLoadError(f"--model: model folder {str(path)!r} does not exist")
+    index_file = path / "model_index.json"
+    if not index_file.is_file():
+        raise ModelLoadError(f"--model: {str(path)!r} is not a diffusers model folder (no model_index.json)")
+    index = json.loads(index_file.read_text())
+    missing = [c for c in REQUIRED_COMPONENTS if not (path / c).is_dir()]
+    if index.get("transformer_2") and index["transformer_2"][0] and not (path / "transformer_2").is_dir():
+        missing.append("transformer_2")
+    if missing:
+        raise ModelLoadError(f"--model: {str(path)!r} is incomplete: missing {', '.join(missing)}")
+    return index
+
+
+def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", attention: str | None = None) -> VideoModel:
+    """Load a preset or folder. `attention` (None = the preset's default) is fixed for the model's life."""
+    preset = resolve_preset(model)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if preset.kind == "builtin":
+        vm = _load_builtin(preset, dev, dt)
+    else:
+        vm = _load_diffusers(preset, dev, dt)
+    from videogen.attention import install_attention
+
+    vm.attention = install_attention(vm, attention or preset.attention)
+    return vm
+
+
+def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
+    from videogen.models.builtin import build_builtin, cast_transformer
+
+    transformer, codec, encoder = build_builtin()
+    return VideoModel(
+        preset=preset,
+        transformer=cast_transformer(transformer, device, dtype),
+        codec=codec,
+        prompt_encoder=encoder.to(device),
+        scheduler_config={"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": preset.flow_shift},
+        device=device,
+        dtype=dtype,
+    )
+
+
+def _load_diffusers(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    from videogen.models.codec import WanVAECodec
+    from videogen.models.text import T5PromptEncoder
+
+    path = preset.path
+    index = check_model_folder(path)
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()
+    kw = dict(local_files_only=True)
+    try:
+        transformer = WanTransformer3DModel.from_pretrained(path, subfolder="transformer", torch_dtype=dtype, **kw)
+        transformer_2 = None
+        if index.get("transformer_2") and index["transformer_2"][0]:
+            transformer_2 = WanTransformer3DModel.from_pretrained(path, subfolder="transformer_2", torch_dtype=dtype, **kw)
+        vae = AutoencoderKLWan.from_pretrained(path, subfolder="vae", torch_dtype=torch.float32, **kw)
+        text_encoder = UMT5EncoderModel.from_pretrained(path / "text_encoder", torch_dtype=dtype, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)
+        sched_file = path / "scheduler" / "scheduler_config.json"
+        scheduler_config = json.loads(sched_file.read_text())
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"--model: cannot load {str(path)!r}: {first_line}") from exc
+
+    transformer.to(device).eval()
+    if transformer_2 is not None:
+        transformer_2.to(device).eval()
+    vae.to(device).eval()
+    text_encoder.to(device).eval()
+    return VideoModel(
+        preset=preset,
+        transformer=transformer,
+        codec=WanVAECodec(vae),
+        prompt_encoder=T5PromptEncoder(tokenizer, text_encoder, max_length=int(index.get("max_sequence_length", 512))),
+        scheduler_config=scheduler_config,
+        device=device,
+        dtype=dtype,
+        transformer_2=transformer_2,
+        boundary_ratio=index.get("boundary_ratio"),
+        expand_timesteps=bool(index.get("expand_timesteps", False)),
+    )

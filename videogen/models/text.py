@@ -1,0 +1,75 @@
+"""Prompt encoders: text -> (B, L, D) embeddings for the transformer's cross-attention.
+
+* `T5PromptEncoder`: UMT5 + its tokenizer from a diffusers folder, as Wan's pipelines use it:
+  tokens past the prompt's length are zeroed (not just masked), length `max_length` (512 in Wan).
+* `VocabPromptEncoder`: the built-in model's encoder over its own small vocabulary: a learned
+  embedding per word plus a learned position embedding; unknown words are ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import torch
+from torch import nn
+
+
+def clean_prompt(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+class T5PromptEncoder:
+    def __init__(self, tokenizer, text_encoder, max_length: int = 512) -> None:
+        self.tokenizer = tokenizer
+        self.text_encoder = text_encoder
+        self.max_length = max_length
+
+    @torch.no_grad()
+    def encode(self, prompts: list[str]) -> torch.Tensor:
+        batch = self.tokenizer(
+            [clean_prompt(p) for p in prompts],
+            padding="max_length",
+            max_length=self.max_length,
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
+        device = next(self.text_encoder.parameters()).device
+        ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
+        hidden = self.text_encoder(ids, mask).last_hidden_state.float()  # (B, L, D)
+        return hidden * mask.unsqueeze(-1).to(hidden.dtype)  # zero past each prompt, as Wan does
+
+
+class VocabPromptEncoder(nn.Module):
+    """Word-level encoder for the built-in model's caption grammar."""
+
+    def __init__(self, vocab: list[str], dim: int, max_length: int = 16) -> None:
+        super().__init__()
+        self.vocab = list(vocab)
+        self.index = {w: i + 1 for i, w in enumerate(self.vocab)}  # 0 = padding
+        self.max_length = max_length
+        self.embed = nn.Embedding(len(self.vocab) + 1, dim, padding_idx=0)
+        self.pos = nn.Parameter(torch.zeros(max_length, dim))
+        self.norm = nn.LayerNorm(dim)
+
+    def tokenize(self, prompt: str) -> list[int]:
+        words = re.findall(r"[a-z]+", prompt.lower())
+        unknown = [w for w in words if w not in self.index]
+        if unknown:
+            warnings.warn(f"prompt words not in the built-in model's vocabulary are ignored: {unknown}", stacklevel=3)
+        return [self.index[w] for w in words if w in self.index][: self.max_length]
+
+    @torch.no_grad()
+    def encode(self, prompts: list[str]) -> torch.Tensor:
+        ids = torch.zeros(len(prompts), self.max_length, dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            toks = self.tokenize(prompt)
+            ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        return self.forward(ids.to(self.pos.device))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = (ids > 0).unsqueeze(-1)
+        x = self.norm(self.embed(ids) + self.pos[: ids.shape[1]])
+        return x * mask  # (B, L, D), zero past the prompt like the T5 path

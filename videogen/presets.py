@@ -1,0 +1,124 @@
+"""Model presets: named defaults (size, fps, steps, ...) and where each model's weights live.
+
+Presets are data in `configs/models.yaml`; this module only reads and checks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from videogen import settings
+from videogen.errors import ModelLoadError
+
+ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
+
+
+def parse_size(value: str | tuple[int, int], option: str = "size") -> tuple[int, int]:
+    """'832x480' -> (832, 480). Raises InvalidOption naming `option`."""
+    from videogen.errors import InvalidOption
+
+    if isinstance(value, tuple):
+        w, h = value
+    else:
+        parts = str(value).lower().replace("×", "x").split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise InvalidOption(option, value, "expected WIDTHxHEIGHT, for example 832x480")
+        w, h = (int(p) for p in parts)
+    if w <= 0 or h <= 0:
+        raise InvalidOption(option, value, "width and height must be positive")
+    return int(w), int(h)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    kind: str  # "builtin" | "diffusers"
+    description: str
+    size: tuple[int, int]  # (width, height)
+    fps: float
+    steps: int
+    guidance: float
+    flow_shift: float
+    segment_seconds: float
+    overlap_frames: int
+    attention: str
+    path: Path | None = None  # diffusers folder; None for the built-in model
+
+    @property
+    def available(self) -> bool:
+        return self.kind == "builtin" or (self.path is not None and (self.path / "model_index.json").is_file())
+
+
+def _resolve_path(raw: str) -> Path:
+    p = Path(raw).expanduser()
+    return p if p.is_absolute() else settings.models_dir() / p
+
+
+@lru_cache(maxsize=4)
+def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
+    if not config_file.is_file():
+        raise ModelLoadError(f"preset file {str(config_file)!r} does not exist")
+    data = yaml.safe_load(config_file.read_text()) or {}
+    presets: dict[str, Preset] = {}
+    for name, raw in (data.get("presets") or {}).items():
+        kind = raw.get("kind", "diffusers")
+        if kind not in ("builtin", "diffusers"):
+            raise ModelLoadError(f"preset {name!r} in {config_file}: unknown kind {kind!r}")
+        attention = raw.get("attention", "dense")
+        if attention not in ATTENTION_BACKENDS:
+            raise ModelLoadError(f"preset {name!r} in {config_file}: unknown attention {attention!r}")
+        presets[name] = Preset(
+            name=name,
+            kind=kind,
+            description=raw.get("description", ""),
+            size=parse_size(raw["size"], f"{name}.size"),
+            fps=float(raw["fps"]),
+            steps=int(raw["steps"]),
+            guidance=float(raw["guidance"]),
+            flow_shift=float(raw.get("flow_shift", 3.0)),
+            segment_seconds=float(raw["segment_seconds"]),
+            overlap_frames=int(raw["overlap_frames"]),
+            attention=attention,
+            path=_resolve_path(raw["path"]) if kind == "diffusers" else None,
+        )
+    default = data.get("default", next(iter(presets), ""))
+    return default, presets
+
+
+def load_presets() -> dict[str, Preset]:
+    return dict(_load(settings.config_dir() / "models.yaml")[1])
+
+
+def default_preset_name() -> str:
+    return _load(settings.config_dir() / "models.yaml")[0]
+
+
+def get_preset(name: str) -> Preset:
+    presets = load_presets()
+    if name not in presets:
+        raise ModelLoadError(
+            f"--model {name!r}: no such preset and no such folder (presets: {', '.join(sorted(presets))})"
+        )
+    return presets[name]
+
+
+def preset_for_folder(path: Path) -> Preset:
+    """Defaults for `--model PATH`: the preset pointing at that folder, else Wan 2.1-style defaults
+    adapted to the folder's VAE (Wan 2.2's 16x VAE gets the TI2V defaults)."""
+    path = path.resolve()
+    for preset in load_presets().values():
+        if preset.path is not None and preset.path.expanduser().resolve() == path:
+            return preset
+    import json
+
+    vae_cfg = path / "vae" / "config.json"
+    z_dim = json.loads(vae_cfg.read_text()).get("z_dim", 16) if vae_cfg.is_file() else 16
+    if z_dim == 48:  # Wan 2.2 TI2V's high-compression VAE
+        return Preset(path.name, "diffusers", "local folder (Wan 2.2 TI2V defaults)", (1280, 704), 24.0,
+                      50, 5.0, 5.0, 5.0, 17, "dense", path)  # fmt: skip
+    return Preset(path.name, "diffusers", "local folder (Wan 2.1 defaults)", (832, 480), 16.0,
+                  50, 5.0, 3.0, 5.0, 17, "dense", path)  # fmt: skip

@@ -1,0 +1,265 @@
+"""`render()`: the one code path from a `RenderSpec` to an MP4, shared by the CLI, server and workers.
+
+    for event in render(spec, "out.mp4"):
+        ...  # RenderStarted, SegmentStarted, StepProgress, SegmentFinished, RenderFinished
+
+Flow per segment (see ARCHITECTURE.md §1): denoise (clean prefix = the previous segment's last
+latent frames) -> stitcher.on_latents (latent drift correction, before the handoff) -> decode ->
+stitcher.push (seam blend, colour drift correction) -> pipe frames to ffmpeg -> checkpoint.
+
+Callers differ only in where events go. Stopping the generator (or `cancel()` returning True)
+stops the work within one denoising step and deletes the partial video. With `workdir` set,
+every finished segment is checkpointed there (frames written, handoff latents, stitcher state;
+each file written atomically), and a render restarted with the same spec and workdir resumes
+after the last finished segment, producing the same video an uninterrupted render would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from videogen.errors import InvalidOption, RenderCancelled
+from videogen.io import VideoWriter, check_output_path
+from videogen.pipeline import StepProgress, denoise_segment
+from videogen.plan import RenderPlan, frames_for, plan_render
+from videogen.spec import RenderSpec
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """A spec with every default filled in from the model's preset."""
+
+    width: int
+    height: int
+    fps: float
+    steps: int
+    guidance: float
+    flow_shift: float
+    segment_seconds: float
+    overlap_frames: int
+
+
+@dataclass(frozen=True)
+class RenderStarted:
+    plan: RenderPlan
+    settings: ResolvedSettings
+    total_steps: int
+    resumed_segments: int  # segments restored from a checkpoint, not generated again
+
+
+@dataclass(frozen=True)
+class SegmentStarted:
+    index: int
+    shot: int
+    frames: int
+
+
+@dataclass(frozen=True)
+class SegmentFinished:
+    index: int
+    frames_written: int  # total so far
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class RenderFinished:
+    video: Path
+    thumbnail: Path | None
+    frames: int
+    fps: float
+    report: Path | None = None
+
+
+Event = RenderStarted | SegmentStarted | StepProgress | SegmentFinished | RenderFinished
+
+
+def resolve_settings(spec: RenderSpec, model) -> ResolvedSettings:
+    p = model.preset
+    width, height = spec.size or p.size
+    mw, mh = model.size_multiple
+    if width % mw or height % mh:
+        raise InvalidOption(
+            "size", f"{width}x{height}", f"width must be a multiple of {mw} and height of {mh} for this model"
+        )
+    return ResolvedSettings(
+        width=width,
+        height=height,
+        fps=spec.fps if spec.fps is not None else p.fps,
+        steps=spec.steps if spec.steps is not None else p.steps,
+        guidance=spec.guidance if spec.guidance is not None else p.guidance,
+        flow_shift=spec.flow_shift if spec.flow_shift is not None else p.flow_shift,
+        segment_seconds=spec.segment_seconds if spec.segment_seconds is not None else p.segment_seconds,
+        overlap_frames=spec.overlap_frames if spec.overlap_frames is not None else p.overlap_frames,
+    )
+
+
+def plan_for(spec: RenderSpec, settings: ResolvedSettings, temporal_factor: int) -> RenderPlan:
+    shots = []
+    for i, shot in enumerate(spec.shots):
+        option = "seconds" if len(spec.shots) == 1 else f"shots[{i}].seconds"
+        shots.append((shot.prompt, frames_for(shot.seconds, settings.fps, option)))
+    segment_frames = max(1, round(settings.segment_seconds * settings.fps))
+    return plan_render(
+        shots,
+        fps=settings.fps,
+        segment_frames=segment_frames,
+        overlap_frames=settings.overlap_frames,
+        temporal_factor=temporal_factor,
+    )
+
+
+def prepare(spec: RenderSpec, model) -> tuple[ResolvedSettings, RenderPlan]:
+    """Validate `spec` against `model` without rendering: settings and plan, or InvalidOption."""
+    spec.validate()
+    settings = resolve_settings(spec, model)
+    return settings, plan_for(spec, settings, model.codec.temporal_factor)
+
+
+def render(
+    spec: RenderSpec,
+    output: str | os.PathLike,
+    *,
+    model=None,
+    workdir: str | os.PathLike | None = None,
+    cancel: Callable[[], bool] | None = None,
+    thumbnail: str | os.PathLike | None | bool = True,
+) -> Iterator[Event]:
+    from videogen.models.codec import video_to_uint8
+    from videogen.models.loader import load_model
+    from videogen.stitch import DriftConfig, Stitcher
+
+    spec.validate()
+    output = check_output_path(output)
+    if model is None:
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+    settings, plan = prepare(spec, model)
+    thumb = output.with_suffix(".png") if thumbnail is True else (Path(thumbnail) if thumbnail else None)
+
+    checkpoints = _Checkpoints(Path(workdir), spec, model) if workdir is not None else None
+    done = checkpoints.finished_segments(len(plan)) if checkpoints else 0
+    total_steps = settings.steps * len(plan)
+    yield RenderStarted(plan, settings, total_steps, done)
+
+    # Prompt embeddings once per distinct prompt.
+    encode = model.prompt_encoder.encode
+    embeds = {p: encode([p]) for p in dict.fromkeys(seg.prompt for seg in plan.segments)}
+    uncond = encode([spec.negative_prompt]) if settings.guidance > 1.0 else None
+
+    stitcher = Stitcher(settings.overlap_frames, DriftConfig(**spec.drift_correction))
+    writer = VideoWriter(output, settings.width, settings.height, settings.fps, thumbnail=thumb)
+    handoff: torch.Tensor | None = None
+    frames_written = 0
+    latent_hw = (settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor)
+    try:
+        for seg in plan.segments:
+            if seg.index < done:  # resume: replay what this segment wrote, restore its state
+                state = checkpoints.load(seg.index)
+                writer.write(state["written"])
+                frames_written += len(state["written"])
+                if seg.index == done - 1:
+                    handoff = state["handoff"]
+                    stitcher.load_state_dict(state["stitcher"])
+                yield SegmentFinished(seg.index, frames_written, resumed=True)
+                continue
+
+            yield SegmentStarted(seg.index, seg.shot, seg.frames)
+            written: list[np.ndarray] = []
+            if seg.first_in_shot:
+                written.append(stitcher.new_shot())  # previous shot's held-back tail
+                handoff = None
+            prefix = None if seg.first_in_shot else handoff[:, :, -seg.prefix_latent_frames :]
+            latents = yield from denoise_segment(
+                model,
+                cond=embeds[seg.prompt],
+                uncond=uncond,
+                latent_frames=seg.latent_frames,
+                latent_size=latent_hw,
+                prefix=prefix,
+                steps=settings.steps,
+                guidance=settings.guidance,
+                flow_shift=settings.flow_shift,
+                seed=spec.seed,
+                segment=seg.index,
+                cancel=cancel,
+            )
+            latents = stitcher.on_latents(latents)
+            frames = video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
+            written.append(stitcher.push(frames))
+            if seg.index == len(plan) - 1:
+                written.append(stitcher.flush())
+            written_frames = _concat(written, settings)
+            writer.write(written_frames)
+            frames_written += len(written_frames)
+            handoff = latents.detach().to("cpu")
+            if checkpoints:
+                checkpoints.save(seg.index, written_frames, handoff, stitcher.state_dict())
+            yield SegmentFinished(seg.index, frames_written)
+        if cancel is not None and cancel():
+            raise RenderCancelled("cancelled before the video was finalised")
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if frames_written != plan.total_frames:  # the plan's arithmetic is the contract; never ship a wrong length
+        raise RuntimeError(f"internal error: wrote {frames_written} frames, planned {plan.total_frames}")
+    report_path = _write_report(stitcher, output)
+    if checkpoints:
+        checkpoints.clear()
+    yield RenderFinished(output, thumb, frames_written, settings.fps, report_path)
+
+
+def _concat(parts: list[np.ndarray], settings: ResolvedSettings) -> np.ndarray:
+    parts = [p for p in parts if p is not None and len(p)]
+    if not parts:
+        return np.zeros((0, settings.height, settings.width, 3), np.uint8)
+    return np.concatenate(parts)
+
+
+def _write_report(stitcher, output: Path) -> Path | None:
+    report = stitcher.report()
+    if report is None:
+        return None
+    path = output.with_name(output.stem + ".drift.json")
+    path.write_text(report.to_json())
+    report.plot(output.with_name(output.stem + ".drift.png"))
+    return path
+
+
+class _Checkpoints:
+    """Per-segment checkpoints in `workdir`, keyed by a hash of the spec and model identity."""
+
+    def __init__(self, root: Path, spec: RenderSpec, model) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        ident = json.dumps({"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention},
+                           sort_keys=True)  # fmt: skip
+        self.key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+    def _file(self, index: int) -> Path:
+        return self.root / f"segment-{self.key}-{index:05d}.pt"
+
+    def finished_segments(self, n: int) -> int:
+        done = 0
+        while done < n and self._file(done).is_file():
+            done += 1
+        return done
+
+    def save(self, index: int, written: np.ndarray, handoff: torch.Tensor, stitcher_state: dict) -> None:
+        tmp = self._file(index).with_suffix(".tmp")
+        torch.save({"written": written, "handoff": handoff, "stitcher": stitcher_state}, tmp)
+        os.replace(tmp, self._file(index))  # atomic: a crash leaves the old state or the new, never half
+
+    def load(self, index: int) -> dict:
+        return torch.load(self._file(index), weights_only=False)
+
+    def clear(self) -> None:
+        for f in self.root.glob(f"segment-{self.key}-*.pt"):
+            f.unlink(missing_ok=True)

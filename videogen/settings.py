@@ -1,0 +1,20 @@
+"""The one place where videogen's library reads environment variables.
+
+VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the repository's `configs/`)
+VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("VIDEOGEN_CONFIG_DIR", REPO_CONFIG_DIR)).expanduser()
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("VIDEOGEN_MODELS_DIR", "~/.cache/videogen/models")).expanduser()

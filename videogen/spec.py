@@ -1,0 +1,130 @@
+"""`RenderSpec`: everything a render needs, validated once, shared by the CLI, server and workers.
+
+A spec is plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job store and the
+queue can carry it. Model-dependent checks (size divisibility, frame rules) happen in
+`videogen.render` once the model's codec is known; everything else is checked here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from videogen.errors import InvalidOption
+from videogen.presets import ATTENTION_BACKENDS
+
+# Upper bounds that catch typos (an extra zero) rather than limit real use.
+MAX_SECONDS = 3600.0
+MAX_FPS = 120.0
+MAX_STEPS = 1000
+MAX_SIDE = 4096
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One prompt held for `seconds`. A new shot is a deliberate cut: fresh start, new anchor."""
+
+    prompt: str
+    seconds: float
+
+
+@dataclass
+class RenderSpec:
+    shots: list[Shot]
+    model: str = ""  # preset name or a local diffusers folder; "" = the default preset
+    size: tuple[int, int] | None = None  # (width, height); None = preset default
+    fps: float | None = None
+    steps: int | None = None
+    guidance: float | None = None
+    flow_shift: float | None = None
+    seed: int = 0
+    negative_prompt: str = ""
+    segment_seconds: float | None = None
+    overlap_frames: int | None = None
+    attention: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.DriftConfig fields
+
+    @classmethod
+    def single(cls, prompt: str, seconds: float, **kw: Any) -> "RenderSpec":
+        return cls(shots=[Shot(prompt, seconds)], **kw)
+
+    @property
+    def prompt(self) -> str:
+        return self.shots[0].prompt
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.shots)
+
+    def validate(self) -> "RenderSpec":
+        """Check what can be checked without the model. Raises InvalidOption."""
+        if not self.shots:
+            raise InvalidOption("prompt", "", "at least one prompt is required")
+        for i, shot in enumerate(self.shots):
+            name = "prompt" if len(self.shots) == 1 else f"shots[{i}].prompt"
+            if not isinstance(shot.prompt, str) or not shot.prompt.strip():
+                raise InvalidOption(name, shot.prompt, "must not be empty")
+            sname = "seconds" if len(self.shots) == 1 else f"shots[{i}].seconds"
+            _check_range(sname, shot.seconds, 0.0, MAX_SECONDS, open_low=True)
+        if self.seconds > MAX_SECONDS:
+            raise InvalidOption("seconds", self.seconds, f"total must be at most {MAX_SECONDS:g}")
+        if self.size is not None:
+            w, h = self.size
+            if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+                raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
+        if self.fps is not None:
+            _check_range("fps", self.fps, 0.0, MAX_FPS, open_low=True)
+        if self.steps is not None:
+            if not isinstance(self.steps, int) or isinstance(self.steps, bool):
+                raise InvalidOption("steps", self.steps, "must be a whole number")
+            _check_range("steps", self.steps, 1, MAX_STEPS)
+        if self.guidance is not None:
+            _check_range("guidance", self.guidance, 0.0, 50.0)
+        if self.flow_shift is not None:
+            _check_range("flow_shift", self.flow_shift, 0.0, 100.0, open_low=True)
+        if self.segment_seconds is not None:
+            _check_range("segment_seconds", self.segment_seconds, 0.0, MAX_SECONDS, open_low=True)
+        if self.overlap_frames is not None:
+            if not isinstance(self.overlap_frames, int) or self.overlap_frames < 1:
+                raise InvalidOption("overlap_frames", self.overlap_frames, "must be a whole number >= 1")
+        if not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
+            raise InvalidOption("seed", self.seed, "must be a whole number in 0..2**63-1")
+        if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
+            raise InvalidOption("attention", self.attention, f"must be one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.dtype not in DTYPES:
+            raise InvalidOption("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
+        if not isinstance(self.device, str) or not self.device:
+            raise InvalidOption("device", self.device, "must be auto, cpu, cuda or cuda:N")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shots"] = [{"prompt": s.prompt, "seconds": s.seconds} for s in self.shots]
+        d["size"] = list(self.size) if self.size is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RenderSpec":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["shots"] = [Shot(str(s["prompt"]), float(s["seconds"])) for s in data["shots"]]
+        if kw.get("size") is not None:
+            kw["size"] = tuple(kw["size"])
+        return cls(**kw)
+
+
+def _check_range(option: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InvalidOption(option, value, "must be a number") from None
+    if not math.isfinite(x):
+        raise InvalidOption(option, value, "must be a finite number")
+    too_low = x <= low if open_low else x < low
+    if too_low or x > high:
+        bound = f"> {low:g}" if open_low else f">= {low:g}"
+        raise InvalidOption(option, value, f"must be {bound} and <= {high:g}")
