@@ -208,7 +208,8 @@ def cmd_models(args) -> int:
     for p in presets.values():
         where = "built in" if p.kind == "builtin" else str(p.path)
         mark = "*" if p.name == default else " "
-        print(f"{mark}{p.name:<21} {'yes' if p.available else 'no':<8} {p.size[0]}x{p.size[1]:<6} {p.fps:>4g}  {where}")
+        size = f"{p.size[0]}x{p.size[1]}"
+        print(f"{mark}{p.name:<21} {'yes' if p.available else 'no':<8} {size:<10} {p.fps:>4g}  {where}")
     return 0
 
 
@@ -219,12 +220,22 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list model presets and whether each one's weights are present")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)
-    for name in ("videogen.drift_cli",):  # subcommands owned by other modules
+    try:
+        from videogen.drift_cli import add_drift_parser
+    except ImportError:  # the stitcher's CLI is optional until it lands
+        add_drift_parser = None
+    if add_drift_parser is not None:
+        add_drift_parser(sub)
+    # `serve` and `worker` live with the service (workers/, api/): the library does not import
+    # them; they register through the `videogen.commands` entry-point group (pyproject.toml).
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="videogen.commands"):
         try:
-            module = __import__(name, fromlist=["add_drift_parser"])
-        except ImportError:
+            add = ep.load()
+        except (ImportError, AttributeError):
             continue
-        module.add_drift_parser(sub)
+        add(sub)
     return parser
 
 
