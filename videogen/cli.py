@@ -159,10 +159,10 @@ def cmd_render(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+    prepare(spec, model)  # all bad input is reported before any work starts
     for w in caught:
         if "videogen" in str(w.filename) and not args.quiet:
             print(f"videogen: warning: {w.message}", file=sys.stderr)
-    prepare(spec, model)  # all bad input is reported before any work starts
 
     seg_bar = step_bar = None
     steps_per_segment = 0

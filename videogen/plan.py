@@ -71,7 +71,8 @@ def plan_render(
     overlap_frames: int,
     temporal_factor: int = 4,
 ) -> RenderPlan:
-    """Plan `shots` [(prompt, frames)] into segments of at most `segment_frames` frames.
+    """Plan `shots` [(prompt, frames)] into segments of about `segment_frames` frames (the nearest
+    tf*k+1).
 
     `overlap_frames` must be tf*m + 1 (m >= 0) so that it is a whole number of latent frames,
     and a segment must hold the overlap plus at least one new latent frame.
@@ -81,7 +82,8 @@ def plan_render(
         examples = ", ".join(str(tf * m + 1) for m in (1, 2, 4))
         raise InvalidOption("overlap_frames", overlap_frames, f"must be {tf}k+1 for this model (e.g. {examples})")
     prefix = (overlap_frames - 1) // tf + 1  # P latent frames
-    seg_latents = (segment_frames - 1) // tf + 1  # L: latent frames per full segment
+    # L latent frames per full segment: the nearest legal length (5 s at 16 fps = 80 -> Wan's 81).
+    seg_latents = int((segment_frames - 1) / tf + 0.5) + 1
     if seg_latents <= prefix:
         raise InvalidOption(
             "segment_seconds",

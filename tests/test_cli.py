@@ -1,0 +1,95 @@
+"""The `videogen` command: a real render, and one-line errors with exit status 2 for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from videogen.io import probe
+
+
+def videogen(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "videogen.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_render_with_the_builtin_model_writes_mp4_and_thumbnail(tmp_path):
+    out = tmp_path / "out.mp4"
+    r = videogen("render", "a red circle moving right on a black background", "--seconds", "6", "--steps", "2", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    info = probe(out)
+    assert (info.width, info.height, info.fps, info.num_frames) == (64, 64, 16.0, 96)
+    assert (tmp_path / "out.png").is_file()
+    assert "segments" in r.stderr  # progress bars
+
+
+def test_models_lists_presets_and_presence():
+    r = videogen("models", "--json")
+    assert r.returncode == 0
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["builtin"]["available"] and rows["builtin"]["default"]
+    assert "wan2.1-t2v-1.3b" in rows and "wan2.2-ti2v-5b" in rows
+
+
+def test_render_from_a_local_diffusers_folder(tmp_path, tiny_wan21):
+    out = tmp_path / "w.mp4"
+    r = videogen("render", "a cat", "--model", str(tiny_wan21), "--size", "32x32", "--fps", "8", "--seconds", "1",
+                 "--steps", "2", "-o", str(out), "-q")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert probe(out).num_frames == 8
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["render", "x", "--size", "65x64"], "--size=65x64"),
+        (["render", "x", "--size", "big"], "--size=big"),
+        (["render", "x", "--seconds", "0"], "--seconds=0.0"),
+        (["render", "x", "--seconds", "-3"], "--seconds=-3.0"),
+        (["render", "x", "--seconds", "100000"], "--seconds=100000.0"),
+        (["render", "x", "--fps", "0"], "--fps=0.0"),
+        (["render", "x", "--fps", "1000"], "--fps=1000.0"),
+        (["render", "x", "--steps", "0"], "--steps=0"),
+        (["render", "x", "--steps", "99999"], "--steps=99999"),
+        (["render", "x", "--overlap-frames", "6"], "--overlap-frames=6"),
+        (["render", "x", "--model", "no-such-preset"], "no-such-preset"),
+        (["render", "x", "--model", "/no/such/folder"], "/no/such/folder"),
+        (["render", "   "], "PROMPT"),
+        (["render", "x", "--attention", "fast"], "--attention=fast"),
+        (["render", "x", "--dtype", "int8"], "--dtype=int8"),
+        (["render", "x", "--steps", "two"], "--steps"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option_with_exit_2_and_no_output(tmp_path, capsys, args, message):
+    from videogen.cli import main
+
+    out = tmp_path / "out.mp4"
+    assert main([*args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("videogen: error:"), err
+    assert message in lines[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_installed_command_reports_bad_input_the_same_way(tmp_path):
+    r = videogen("render", "x", "--size", "65x64", "-o", str(tmp_path / "o.mp4"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "videogen: error: --size=65x64: width must be a multiple of 8 and height of 8 for this model"
+    ]
+
+
+def test_incomplete_model_folder_is_named(tmp_path, tiny_wan21):
+    import shutil
+
+    broken = tmp_path / "m"
+    shutil.copytree(tiny_wan21, broken)
+    shutil.rmtree(broken / "transformer")
+    r = videogen("render", "x", "--model", str(broken), "-o", str(tmp_path / "o.mp4"))
+    assert r.returncode == 2 and "missing transformer" in r.stderr
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_unwritable_output_is_rejected(tmp_path):
+    r = videogen("render", "x", "-o", str(tmp_path / "missing-dir" / "o.mp4"))
+    assert r.returncode == 2 and "--output" in r.stderr
