@@ -213,6 +213,66 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from dataclasses import fields
+
+    from videogen.models.builtin import WEIGHTS_FILE
+    from videogen.train import TrainConfig, train_builtin
+
+    if args.what != "builtin":
+        raise InvalidOption("WHAT", args.what, "only 'builtin' can be trained")
+    if args.steps is not None and args.steps < 1:
+        raise InvalidOption("--steps", args.steps, "must be >= 1")
+    overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
+    cfg = TrainConfig(**overrides)
+    out = train_builtin(cfg, args.workdir, output=args.output or WEIGHTS_FILE, log=lambda m: print(m, flush=True))
+    print(f"videogen: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from videogen.evaluate import evaluate_builtin, format_json
+    from videogen.models.loader import load_model
+
+    if args.what != "builtin":
+        raise InvalidOption("WHAT", args.what, "only 'builtin' can be evaluated")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = load_model(args.model, device=args.device, dtype="auto", attention=args.attention)
+    log = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    result = evaluate_builtin(model, n_seen=args.seen, n_unseen=args.unseen, n_continuation=args.continuation,
+                              steps=args.steps, guidance=args.guidance, log=log)  # fmt: skip
+    if not args.json:
+        for k, v in result.items():
+            print(f"{k:>26}: {v}")
+    print(format_json(result))
+    return 0
+
+
+def _add_train_parser(sub) -> None:
+    t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
+    t.add_argument("what", choices=["builtin"])
+    t.add_argument("--steps", type=int, help="optimiser steps (default 6000)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--batch-tokens", dest="batch_tokens", type=int)
+    t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
+    t.add_argument("--output", help="weights file (default: the package's builtin.safetensors)")
+    t.set_defaults(func=cmd_train)
+    e = sub.add_parser("eval", help="score the built-in model's prompt adherence with a scene detector")
+    e.add_argument("what", choices=["builtin"])
+    e.add_argument("--json", action="store_true", help="print only the final JSON line")
+    e.add_argument("--model", default="builtin")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--attention")
+    e.add_argument("--steps", type=int)
+    e.add_argument("--guidance", type=float)
+    e.add_argument("--seen", type=int, default=16, help="prompts with seen colour/shape pairs")
+    e.add_argument("--unseen", type=int, default=8, help="prompts with colour/shape pairs never trained on")
+    e.add_argument("--continuation", type=int, default=4, help="8-segment chains to check")
+    e.set_defaults(func=cmd_eval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="videogen", description="Long-form video generation with open diffusion transformers.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -220,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list model presets and whether each one's weights are present")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)
+    _add_train_parser(sub)
     try:
         from videogen.drift_cli import add_drift_parser
     except ImportError:  # the stitcher's CLI is optional until it lands

@@ -46,8 +46,8 @@ TRANSFORMER_CONFIG = dict(
 )
 
 
-def build_builtin(init_seed: int = 0):
-    """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones."""
+def build_fresh(init_seed: int = 0):
+    """(transformer, prompt_encoder) with a seeded random initialisation: the start of training."""
     from diffusers import WanTransformer3DModel
 
     with torch.random.fork_rng(devices=[]):
@@ -55,6 +55,12 @@ def build_builtin(init_seed: int = 0):
         transformer = WanTransformer3DModel(**TRANSFORMER_CONFIG)
         encoder = VocabPromptEncoder(VOCAB, TEXT_DIM)
         torch.nn.init.normal_(encoder.pos, std=0.02)
+    return transformer, encoder
+
+
+def build_builtin(init_seed: int = 0):
+    """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones."""
+    transformer, encoder = build_fresh(init_seed)
     if is_trained():
         from safetensors.torch import load_file
 

@@ -61,13 +61,20 @@ class VocabPromptEncoder(nn.Module):
             warnings.warn(f"prompt words not in the built-in model's vocabulary are ignored: {unknown}", stacklevel=3)
         return [self.index[w] for w in words if w in self.index][: self.max_length]
 
-    @torch.no_grad()
-    def encode(self, prompts: list[str]) -> torch.Tensor:
+    def ids(self, prompts: list[str]) -> torch.Tensor:
         ids = torch.zeros(len(prompts), self.max_length, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             toks = self.tokenize(prompt)
             ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-        return self.forward(ids.to(self.pos.device))
+        return ids.to(self.pos.device)
+
+    @torch.no_grad()
+    def encode(self, prompts: list[str]) -> torch.Tensor:
+        return self.forward(self.ids(prompts))
+
+    def encode_train(self, prompts: list[str]) -> torch.Tensor:
+        """Like `encode`, with gradients (training)."""
+        return self.forward(self.ids(prompts))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         mask = (ids > 0).unsqueeze(-1)

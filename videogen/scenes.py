@@ -1,0 +1,278 @@
+"""Procedural scenes for the built-in model: generator, caption grammar, parser, and detector.
+
+A scene is one or two objects (circle, square, triangle; 8 colours), each moving left, right, up,
+down, bouncing or staying still, on a plain background, optionally under a slow global lighting
+change. Scenes are deterministic from a seed and can be rendered from any start time, so any
+window of an endless scene is a valid training clip. Horizontal/vertical motion wraps around the
+frame (leaving on the right re-enters on the left) so that direction stays measurable over
+minutes of chained video.
+
+Caption grammar (README "Built-in model"):
+
+    caption  := object ["and" object] "on a" BG "background" [lighting]
+    object   := ("a" | "an") COLOUR SHAPE motion
+    motion   := "moving" ("left" | "right" | "up" | "down") | "bouncing" | "staying still"
+    lighting := "getting brighter" | "getting darker"
+
+The detector is what the evaluator uses: colour segmentation against the known palette, a
+centroid track per object, fill ratio for shape, and the median of non-object pixels for the
+background.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+PALETTE: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 180, 60),
+    "blue": (50, 80, 230),
+    "yellow": (240, 220, 40),
+    "white": (245, 245, 245),
+    "orange": (250, 140, 30),
+    "purple": (150, 60, 200),
+    "cyan": (40, 210, 220),
+}
+BACKGROUNDS: dict[str, tuple[int, int, int]] = {
+    "black": (12, 12, 12),
+    "gray": (120, 120, 120),
+    "white": (245, 245, 245),
+    "blue": (50, 80, 230),
+    "green": (40, 180, 60),
+}
+SHAPES = ("circle", "square", "triangle")
+MOTIONS = ("left", "right", "up", "down", "bouncing", "still")
+LIGHTING = ("none", "brighter", "darker")
+# (colour, shape) pairs never shown in training: the evaluator's unseen combinations.
+HELD_OUT = frozenset({("red", "triangle"), ("blue", "circle"), ("yellow", "square"), ("cyan", "triangle"), ("purple", "circle")})
+
+SPEED = 0.75  # pixels per frame at 64 px: crosses the frame in ~5 s at 16 fps
+RADIUS = 9.0  # object half-size in pixels at 64 px
+
+
+@dataclass(frozen=True)
+class SceneObject:
+    colour: str
+    shape: str
+    motion: str
+    x0: float  # start centre, in [0, 1) of the frame
+    y0: float
+    angle: float = 0.0  # bouncing direction, radians
+
+
+@dataclass(frozen=True)
+class Scene:
+    objects: tuple[SceneObject, ...]
+    background: str
+    lighting: str = "none"
+
+    def caption(self) -> str:
+        parts = []
+        for o in self.objects:
+            article = "an" if o.colour[0] in "aeiou" else "a"
+            motion = {"still": "staying still", "bouncing": "bouncing"}.get(o.motion, f"moving {o.motion}")
+            parts.append(f"{article} {o.colour} {o.shape} {motion}")
+        text = " and ".join(parts) + f" on a {self.background} background"
+        if self.lighting != "none":
+            text += f" getting {self.lighting}"
+        return text
+
+
+def random_scene(rng: random.Random, *, held_out: str = "exclude", max_objects: int = 2) -> Scene:
+    """`held_out`: "exclude" (training), "only" (unseen combinations), "any"."""
+    n = 1 if max_objects == 1 or rng.random() < 0.7 else 2
+    background = rng.choice(list(BACKGROUNDS))
+    objects = []
+    for _ in range(n):
+        while True:
+            colour, shape = rng.choice(list(PALETTE)), rng.choice(SHAPES)
+            if colour == background or any(o.colour == colour for o in objects):
+                continue
+            unseen = (colour, shape) in HELD_OUT
+            if (held_out == "exclude" and unseen) or (held_out == "only" and not unseen):
+                continue
+            break
+        # Bouncing runs diagonally (30-60 degrees off the axes) so it never looks like a straight move.
+        angle = math.pi / 4 + rng.randrange(4) * math.pi / 2 + rng.uniform(-0.26, 0.26)
+        objects.append(SceneObject(colour, shape, rng.choice(MOTIONS), rng.random(), rng.random(), angle))
+    lighting = rng.choice(LIGHTING) if rng.random() < 0.2 else "none"
+    return Scene(tuple(objects), background, lighting)
+
+
+def parse_caption(text: str) -> Scene:
+    """The inverse of `Scene.caption` (positions unknown: set to the centre)."""
+    t = " ".join(re.findall(r"[a-z]+", text.lower()))
+    m = re.fullmatch(r"(?P<objs>.+?) on a (?P<bg>\w+) background(?: getting (?P<light>brighter|darker))?", t)
+    if not m or m["bg"] not in BACKGROUNDS:
+        raise ValueError(f"caption {text!r} does not follow the built-in grammar")
+    objects = []
+    for part in m["objs"].split(" and "):
+        om = re.fullmatch(r"an? (\w+) (\w+) (?:moving (left|right|up|down)|(bouncing)|staying (still))", part)
+        if not om or om[1] not in PALETTE or om[2] not in SHAPES:
+            raise ValueError(f"caption {text!r}: cannot read object {part!r}")
+        objects.append(SceneObject(om[1], om[2], om[3] or om[4] or om[5], 0.5, 0.5))
+    return Scene(tuple(objects), m["bg"], m["light"] or "none")
+
+
+def _position(o: SceneObject, t: float, size: int) -> tuple[float, float]:
+    """Centre in pixels at frame t (16 fps), for a frame of `size` pixels."""
+    d = SPEED * t * size / 64
+    x, y = o.x0 * size, o.y0 * size
+    if o.motion == "left":
+        x -= d
+    elif o.motion == "right":
+        x += d
+    elif o.motion == "up":
+        y -= d
+    elif o.motion == "down":
+        y += d
+    elif o.motion == "still":  # kept whole inside the frame
+        r = RADIUS * size / 64
+        return min(max(x, r), size - r), min(max(y, r), size - r)
+    elif o.motion == "bouncing":
+        r = RADIUS * size / 64
+        span = size - 2 * r
+        x = r + _reflect(x - r + d * math.cos(o.angle), span)
+        y = r + _reflect(y - r + d * math.sin(o.angle), span)
+        return x, y
+    return x % size, y % size
+
+
+def _reflect(v: float, span: float) -> float:
+    v = v % (2 * span)
+    return v if v <= span else 2 * span - v
+
+
+def _mask(shape: str, cx: float, cy: float, r: float, yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+    dx, dy = xx - cx, yy - cy
+    if shape == "circle":
+        return dx * dx + dy * dy <= r * r
+    if shape == "square":
+        return (np.abs(dx) <= r * 0.9) & (np.abs(dy) <= r * 0.9)
+    # triangle pointing up: apex at (cx, cy - r), base at cy + r
+    inside_y = (dy >= -r) & (dy <= r)
+    half_width = (dy + r) / 2 * 1.1
+    return inside_y & (np.abs(dx) <= half_width)
+
+
+def render_scene(scene: Scene, num_frames: int, size: int = 64, start: float = 0.0, total: float | None = None) -> np.ndarray:
+    """Frames `start .. start+num_frames-1` of `scene`, uint8 (T, size, size, 3). `total` is the
+    length over which a lighting change runs (default: this clip)."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    bg = np.array(BACKGROUNDS[scene.background], np.float32)
+    total = total or max(num_frames - 1, 1)
+    r = RADIUS * size / 64
+    out = np.empty((num_frames, size, size, 3), np.uint8)
+    for i in range(num_frames):
+        t = start + i
+        frame = np.broadcast_to(bg, (size, size, 3)).copy()
+        for o in scene.objects:
+            cx, cy = _position(o, t, size)
+            m = np.zeros((size, size), bool)
+            wrap = o.motion in ("left", "right", "up", "down")
+            offsets = (-size, 0, size) if wrap else (0,)
+            for ox in offsets:
+                for oy in offsets:
+                    m |= _mask(o.shape, cx + ox, cy + oy, r, yy, xx)
+            frame[m] = PALETTE[o.colour]
+        if scene.lighting != "none":
+            k = min(max(t / total, 0.0), 1.0)
+            gain = 0.65 + 0.35 * k if scene.lighting == "brighter" else 1.0 - 0.35 * k
+            frame *= gain
+        out[i] = np.clip(frame, 0, 255).round().astype(np.uint8)
+    return out
+
+
+# ---------------------------------------------------------------- detector (for the evaluator)
+
+
+@dataclass(frozen=True)
+class Track:
+    colour: str
+    present: np.ndarray  # (T,) bool: object found in the frame
+    centroid: np.ndarray  # (T, 2) x, y (NaN where absent)
+    fill: np.ndarray  # (T,) area / bounding-box area
+
+
+def _colour_mask(frames: np.ndarray, rgb: tuple[int, int, int], tol: float = 45.0) -> np.ndarray:
+    """Pixels that are `rgb` under some global gain in [0.58, 1.15] (a lighting change dims the
+    whole frame by at most 0.65), within `tol` RGB units after the gain."""
+    f = frames.astype(np.float32)
+    target = np.array(rgb, np.float32)
+    gain = np.clip((f @ target) / float(target @ target), 0.0, 2.0)
+    residual = np.linalg.norm(f - gain[..., None] * target, axis=-1)
+    return (residual < tol) & (gain > 0.58) & (gain < 1.15)
+
+
+def track_colour(frames: np.ndarray, colour: str, min_pixels: int = 12) -> Track:
+    mask = _colour_mask(frames, PALETTE[colour])
+    t = len(frames)
+    present = np.zeros(t, bool)
+    centroid = np.full((t, 2), np.nan)
+    fill = np.full(t, np.nan)
+    size = frames.shape[1]
+    for i in range(t):
+        ys, xs = np.nonzero(mask[i])
+        if len(xs) < min_pixels:
+            continue
+        present[i] = True
+        # Circular mean: objects that wrap around the frame stay one blob.
+        ang_x, ang_y = xs / size * 2 * np.pi, ys / size * 2 * np.pi
+        cx = (np.arctan2(np.sin(ang_x).mean(), np.cos(ang_x).mean()) % (2 * np.pi)) / (2 * np.pi) * size
+        cy = (np.arctan2(np.sin(ang_y).mean(), np.cos(ang_y).mean()) % (2 * np.pi)) / (2 * np.pi) * size
+        centroid[i] = cx, cy
+        # Fill ratio on unwrapped coordinates around the centroid.
+        ux = (xs - cx + size / 2) % size
+        uy = (ys - cy + size / 2) % size
+        box = (ux.max() - ux.min() + 1) * (uy.max() - uy.min() + 1)
+        fill[i] = len(xs) / box
+    return Track(colour, present, centroid, fill)
+
+
+def classify_shape(fill: float) -> str:
+    # Ideal fill ratios: square 1.0, circle pi/4 = 0.785, triangle ~0.55.
+    if fill >= 0.9:
+        return "square"
+    if fill >= 0.67:
+        return "circle"
+    return "triangle"
+
+
+def classify_motion(track: Track, size: int) -> str:
+    idx = np.nonzero(track.present)[0]
+    if len(idx) < 4:
+        return "unknown"
+    c = track.centroid[idx]
+    steps = np.diff(c, axis=0) / np.maximum(np.diff(idx), 1)[:, None]
+    steps = (steps + size / 2) % size - size / 2  # unwrap across the frame edge
+    # Medians: robust to a few frames where another object occludes this one.
+    typical = np.median(np.abs(steps), axis=0)  # (|dx|, |dy|) per frame
+    scale = size / 64
+    if typical.max() < 0.15 * scale:
+        return "still"
+    if typical.min() > 0.2 * scale:  # both axes move: only bouncing does that
+        return "bouncing"
+    dx, dy = np.median(steps, axis=0)
+    if typical[0] >= typical[1]:
+        return "right" if dx > 0 else "left"
+    return "down" if dy > 0 else "up"
+
+
+def classify_background(frames: np.ndarray, objects: list[str]) -> str:
+    sample = frames[:: max(1, len(frames) // 8)].reshape(-1, 3).astype(np.float32)
+    keep = np.ones(len(sample), bool)
+    for colour in objects:
+        keep &= ~_colour_mask(sample[None], PALETTE[colour])[0]
+    median = np.median(sample[keep] if keep.any() else sample, axis=0)
+
+    def residual(name: str) -> float:  # distance after the best global gain a lighting change allows
+        c = np.array(BACKGROUNDS[name], np.float32)
+        gain = float(np.clip(median @ c / (c @ c), 0.6, 1.15))
+        return float(np.linalg.norm(median - gain * c))
+
+    return min(BACKGROUNDS, key=residual)
