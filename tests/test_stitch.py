@@ -156,7 +156,7 @@ def test_state_dict_round_trip_continues_identically():
     st2 = Stitcher(4, cfg)  # a fresh process after a crash
     st2.load_state_dict(state)
     part += [st2.push(s) for s in segs[2:]] + [st2.flush()]
-    assert np.array_equal(np.concatenate(part), whole)
+    assert np.array_equal(np.concatenate([p for p in part if len(p)]), whole)
     ref = Stitcher(4, cfg)
     run(ref, segs)
     assert st2.report().to_json() == ref.report().to_json()

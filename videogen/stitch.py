@@ -53,6 +53,9 @@ from videogen.drift import (
 __all__ = ["Stitcher", "DriftConfig"]
 
 STATE_VERSION = 1
+# the seam alignment is continuity, not anchoring: full strength, clamps of the defaults
+_SEAM_FIT = DriftConfig(mode="lab-meanstd", strength=1.0)
+SEAM_MATCH_FRAMES = 4  # without overlap: frames each side of a hard seam matched (0.25 s at 16 fps)
 
 
 class Stitcher:
@@ -80,6 +83,7 @@ class Stitcher:
         self._anchor: LabStats | None = None
         self._prev: ColorTransform | None = None  # transform at the end of the previous segment
         self._prev_lut: ColorLUT | None = None  # its LUT, cached (rebuilt after load_state_dict)
+        self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
         self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
         self._latent_segments = 0  # on_latents() calls in the current shot
         # measurements of the output
@@ -101,6 +105,7 @@ class Stitcher:
         self._anchor = None
         self._prev = None
         self._prev_lut = None
+        self._tail_stats = None
         self._latent_anchor = None
         self._shot_starts.append(self._emitted)
         return tail
@@ -153,9 +158,22 @@ class Stitcher:
                 self._anchor = self._reference if self._reference is not None else stats
             transform = fit_transform(stats, self._anchor, cfg)
             lut = None if transform.is_identity else ColorLUT(transform)
-            start_lut = lut if first else self._prev_lut  # a shot's first segment: no ramp-in
+            if first:
+                start_lut = lut  # a shot's first segment: no ramp-in
+            elif cfg.ramp and self._tail_stats is not None:
+                # The ramp starts where the previous segment ended: its first frames are matched
+                # to the previous segment's corrected last frames (with overlap: the same moments;
+                # without: the adjacent ones), so no drift step is left at the seam. Measured on
+                # benchmarks/drift.py, see docs/drift.md ("Correction", step 4).
+                k = O if O else min(SEAM_MATCH_FRAMES, T)
+                seam = fit_transform(LabStats.of_frames(frames[:k], cfg.stats_stride), self._tail_stats, _SEAM_FIT)
+                start_lut = None if seam.is_identity else ColorLUT(seam)
+            else:
+                start_lut = self._prev_lut
             corrected = apply_ramped(frames, start_lut, lut, cfg.ramp)
             self._prev, self._prev_lut = transform, lut
+            k = O if O else min(SEAM_MATCH_FRAMES, T)
+            self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
         else:
             if first:
                 self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, cfg.stats_stride)
@@ -210,6 +228,7 @@ class Stitcher:
             "held": None if self._held is None else self._held.copy(),
             "anchor": None if self._anchor is None else self._anchor.to_dict(),
             "prev_transform": None if self._prev is None else self._prev.to_dict(),
+            "tail_stats": None if self._tail_stats is None else self._tail_stats.to_dict(),
             "latent_anchor": None if self._latent_anchor is None else [a.copy() for a in self._latent_anchor],
             "latent_segments": self._latent_segments,
             "stats": np.concatenate(self._stats) if self._stats else np.zeros((0, 6)),
@@ -233,6 +252,7 @@ class Stitcher:
         self._anchor = None if state["anchor"] is None else LabStats.from_dict(state["anchor"])
         self._prev = None if state["prev_transform"] is None else ColorTransform.from_dict(state["prev_transform"])
         self._prev_lut = None if self._prev is None or self._prev.is_identity else ColorLUT(self._prev)
+        self._tail_stats = None if state["tail_stats"] is None else LabStats.from_dict(state["tail_stats"])
         la = state["latent_anchor"]
         self._latent_anchor = None if la is None else (np.asarray(la[0]), np.asarray(la[1]))
         self._latent_segments = int(state["latent_segments"])
