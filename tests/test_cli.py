@@ -58,6 +58,8 @@ def test_render_from_a_local_diffusers_folder(tmp_path, tiny_wan21):
         (["render", "x", "--attention", "fast"], "--attention=fast"),
         (["render", "x", "--dtype", "int8"], "--dtype=int8"),
         (["render", "x", "--steps", "two"], "--steps"),
+        (["render", "x", "--drift-mode", "magic"], "--drift-mode=magic"),
+        (["render", "x", "--drift-strength", "1.5"], "--drift-strength=1.5"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_with_exit_2_and_no_output(tmp_path, capsys, args, message):

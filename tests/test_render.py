@@ -1,5 +1,7 @@
 """render(): the real loading path, chained segments, determinism, continuation, safety."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, Ren
 from videogen.io import VideoReader, probe
 from videogen.models.loader import load_model
 from videogen.pipeline import StepProgress, denoise_segment
-from videogen.render import RenderFinished, RenderStarted, SegmentFinished, prepare
+from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, prepare
 
 
 def _run(spec, out, **kw):
@@ -30,6 +32,9 @@ def test_tiny_wan_folder_loads_and_renders_a_chained_video(variant, size, reques
     info = probe(tmp_path / "out.mp4")
     assert (info.width, info.height, info.fps, info.num_frames) == (*size, 8.0, 24)
     assert (tmp_path / "out.png").is_file()
+    report = json.loads((tmp_path / "out.mp4.drift.json").read_text())  # every render reports its drift
+    assert (tmp_path / "out.mp4.drift.png").is_file() and events[-1].report == tmp_path / "out.mp4.drift.json"
+    assert len(report["segments"]) == len(started.plan)
     steps = [e for e in events if isinstance(e, StepProgress)]
     assert len(steps) == 2 * len(started.plan)
 
@@ -138,3 +143,10 @@ def test_missing_and_incomplete_model_folders_are_clear_errors(tmp_path, tiny_wa
         load_model(str(broken))
     with pytest.raises(ModelLoadError, match="no such preset"):
         load_model("wan9-ultra")
+
+
+def test_bad_drift_settings_are_named():
+    with pytest.raises(InvalidOption, match="drift_correction.strength"):
+        RenderSpec.single("x", 1, drift_correction={"strength": 1.5}).validate()
+    with pytest.raises(InvalidOption, match="drift_correction.mode"):
+        RenderSpec.single("x", 1, drift_correction={"mode": "magic"}).validate()

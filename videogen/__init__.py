@@ -3,9 +3,22 @@
     from videogen import RenderSpec, render
     for event in render(RenderSpec.single("a red circle moving right", 6), "out.mp4"):
         print(event)
+
+Imports are lazy so that torch-free parts (`videogen.spec`, `videogen.errors`, `videogen.presets`,
+`videogen.drift`) can be used by the API process without loading torch.
 """
 
-from videogen.render import render  # noqa: F401
-from videogen.spec import RenderSpec, Shot  # noqa: F401
-
 __version__ = "0.1.0"
+__all__ = ["RenderSpec", "Shot", "render"]
+
+
+def __getattr__(name: str):
+    if name == "render":
+        from videogen.rendering import render
+
+        return render
+    if name in ("RenderSpec", "Shot"):
+        from videogen import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module 'videogen' has no attribute {name!r}")

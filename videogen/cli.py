@@ -1,4 +1,4 @@
-"""`videogen` command line: a thin consumer of `videogen.render`.
+"""`videogen` command line: a thin consumer of `videogen.render()`.
 
 Bad input gets one line, `videogen: error: --option=value: reason`, and exit status 2; nothing
 is left half-written.
@@ -32,6 +32,8 @@ _FLAG = {  # spec field -> the CLI's name for it
     "device": "--device",
     "dtype": "--dtype",
     "model": "--model",
+    "drift_correction.mode": "--drift-mode",
+    "drift_correction.strength": "--drift-strength",
 }
 
 
@@ -152,7 +154,7 @@ def cmd_render(args) -> int:
     from videogen.io import check_output_path
     from videogen.models.loader import load_model
     from videogen.pipeline import StepProgress
-    from videogen.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted, prepare, render
+    from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted, prepare, render
 
     spec = _spec_from_args(args)
     check_output_path(args.output)

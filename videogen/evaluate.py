@@ -73,7 +73,7 @@ def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> Prom
 def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuation: int = 4,
                      steps: int | None = None, guidance: float | None = None, log=None) -> dict:  # fmt: skip
     from videogen.io import VideoReader
-    from videogen.render import render
+    from videogen.rendering import render
     from videogen.spec import RenderSpec
 
     scores: list[PromptScore] = []

@@ -46,6 +46,10 @@ def check_output_path(path: str | os.PathLike, option: str = "--output") -> Path
     return p
 
 
+# raw pixel formats on the pipe: "rgb0" pads each pixel to 4 bytes (packed-word processing)
+_PIX_CHANNELS = {"rgb24": 3, "rgb0": 4}
+
+
 class VideoWriter:
     """Streams RGB uint8 frames `(T, H, W, 3)` into an H.264 MP4.
 
@@ -63,18 +67,22 @@ class VideoWriter:
         crf: int = 17,
         preset: str = "medium",
         thumbnail: str | os.PathLike | None = None,
+        pix_fmt: str = "rgb24",
     ) -> None:
+        if pix_fmt not in _PIX_CHANNELS:
+            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
         if width % 2 or height % 2:
             raise ValueError(f"`size` must have even width and height for yuv420p, got {width}x{height}")
         self.path = Path(path)
         self.width, self.height, self.fps = int(width), int(height), float(fps)
         self.thumbnail = Path(thumbnail) if thumbnail is not None else None
         self.frames_written = 0
+        self.channels = _PIX_CHANNELS[pix_fmt]
         self._first_frame: np.ndarray | None = None
         self._tmp = self.path.with_name(f".{self.path.name}.part{os.getpid()}.mp4")
         cmd = [
             ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{self.width}x{self.height}",
+            "-f", "rawvideo", "-pix_fmt", pix_fmt, "-s", f"{self.width}x{self.height}",
             "-r", f"{self.fps:g}", "-i", "pipe:0",
             "-an", "-c:v", "libx264", "-preset", preset, "-crf", str(crf),
             "-pix_fmt", "yuv420p", "-movflags", "+faststart",
@@ -85,7 +93,7 @@ class VideoWriter:
         )
 
     def write(self, frames: np.ndarray) -> None:
-        """Append frames `(T, H, W, 3)` or one frame `(H, W, 3)`, uint8 RGB."""
+        """Append frames `(T, H, W, 3)` or one frame `(H, W, 3)`, uint8 RGB (4 channels for "rgb0")."""
         if self._proc is None:
             raise VideoIOError("write() on a closed VideoWriter")
         frames = np.asarray(frames)
@@ -93,12 +101,12 @@ class VideoWriter:
             frames = frames[None]
         if len(frames) == 0:
             return
-        if frames.dtype != np.uint8 or frames.shape[1:] != (self.height, self.width, 3):
+        if frames.dtype != np.uint8 or frames.shape[1:] != (self.height, self.width, self.channels):
             raise ValueError(
-                f"frames must be uint8 (T, {self.height}, {self.width}, 3), got {frames.dtype} {frames.shape}"
+                f"frames must be uint8 (T, {self.height}, {self.width}, {self.channels}), got {frames.dtype} {frames.shape}"
             )
         if self._first_frame is None:
-            self._first_frame = frames[0].copy()
+            self._first_frame = frames[0, ..., :3].copy()
         try:
             self._proc.stdin.write(np.ascontiguousarray(frames).tobytes())
         except BrokenPipeError as exc:
@@ -196,12 +204,15 @@ class VideoReader:
     def __len__(self) -> int:
         return self.info.num_frames
 
-    def iter_chunks(self, chunk: int = 16) -> Iterator[np.ndarray]:
+    def iter_chunks(self, chunk: int = 16, pix_fmt: str = "rgb24") -> Iterator[np.ndarray]:
+        if pix_fmt not in _PIX_CHANNELS:
+            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
+        c = _PIX_CHANNELS[pix_fmt]
         w, h = self.info.width, self.info.height
-        frame_bytes = w * h * 3
+        frame_bytes = w * h * c
         proc = subprocess.Popen(
             [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", str(self.path),
-             "-map", "0:v:0", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
+             "-map", "0:v:0", "-f", "rawvideo", "-pix_fmt", pix_fmt, "pipe:1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
@@ -210,7 +221,7 @@ class VideoReader:
                 if not buf:
                     break
                 n = len(buf) // frame_bytes
-                yield np.frombuffer(buf[: n * frame_bytes], np.uint8).reshape(n, h, w, 3)
+                yield np.frombuffer(buf[: n * frame_bytes], np.uint8).reshape(n, h, w, c)
         finally:
             proc.stdout.close()
             proc.kill()

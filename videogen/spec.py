@@ -2,7 +2,7 @@
 
 A spec is plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job store and the
 queue can carry it. Model-dependent checks (size divisibility, frame rules) happen in
-`videogen.render` once the model's codec is known; everything else is checked here.
+`videogen.rendering` once the model's codec is known; everything else is checked here.
 """
 
 from __future__ import annotations
@@ -99,7 +99,26 @@ class RenderSpec:
             raise InvalidOption("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if not isinstance(self.device, str) or not self.device:
             raise InvalidOption("device", self.device, "must be auto, cpu, cuda or cuda:N")
+        self.drift_config()
         return self
+
+    def drift_config(self):
+        """The stitcher's `DriftConfig` for this spec; InvalidOption naming `drift_correction.<field>`."""
+        import re
+
+        from videogen.drift import DriftConfig
+
+        known = set(DriftConfig.__dataclass_fields__)
+        for key in self.drift_correction:
+            if key not in known:
+                raise InvalidOption(f"drift_correction.{key}", self.drift_correction[key],
+                                    f"unknown field (known: {', '.join(sorted(known))})")  # fmt: skip
+        try:
+            return DriftConfig(**self.drift_correction)
+        except ValueError as exc:
+            m = re.match(r"`(\w+)`", str(exc))
+            key = m[1] if m else "mode"
+            raise InvalidOption(f"drift_correction.{key}", self.drift_correction.get(key), str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

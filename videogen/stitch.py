@@ -1,53 +1,282 @@
-"""Segment stitcher (interim): holds back each segment's overlap and crossfades it into the next.
+"""The stitcher: joins a long video's chained segments into one frame stream.
 
-Drift correction, metrics and reports replace this module in the stitcher issue; the interface
-(`DriftConfig`, `Stitcher.new_shot/on_latents/push/flush/report/state_dict`) is the one the render
-loop calls.
+Per segment it (1) measures the segment's CIELAB statistics on a pixel subsample, (2) fits one
+colour transform toward the shot's anchor (the first segment's *original* statistics, or a
+reference image), clamped and scaled by `strength`, (3) applies it ramped from the previous
+segment's transform at the first frame to this one's at the last, (4) crossfades the first O
+frames with the previous segment's held-back last O frames, and (5) measures what it emits for
+the drift report. `videogen.drift` holds the colour science; this module holds the timeline.
+
+Frame accounting (exact). Segment 0 of a shot has F0 frames; every later segment's first O
+frames show the same moments as the previous segment's last O frames. `push()` holds back the
+last O frames of each segment and emits everything before them (for a later segment: the O-frame
+crossfade first). `flush()` emits the held frames. A shot therefore writes
+F0 + sum_{i>0} (F_i - O) frames. O = 0 means hard cuts and no blending.
+
+Shots. `new_shot()` starts a shot: it returns the previous shot's held-back frames (the caller
+writes them, possibly an empty array), resets the anchor, and the next `push()` starts fresh
+with no crossfade: a new shot's first segment does not overlap the previous shot, and no
+correction acts across the cut.
+
+Usage, as the render loop calls it::
+
+    st = Stitcher(overlap_frames=O, config=DriftConfig(mode="lab-meanstd"))
+    for shot in shots:
+        writer.write(st.new_shot())
+        for segment in shot:
+            latents = st.on_latents(latents)      # before decode and before the handoff
+            writer.write(st.push(decode(latents)))
+    writer.write(st.flush())
+    st.report().write(video_path)                 # <video>.drift.json and .drift.png
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from videogen.drift import (
+    ColorLUT,
+    ColorTransform,
+    DriftConfig,
+    DriftReport,
+    LabStats,
+    adain_latents,
+    apply_ramped,
+    build_report,
+    crossfade,
+    fit_transform,
+    frame_lab_stats,
+    latent_channel_stats,
+    load_reference_stats,
+)
 
-@dataclass
-class DriftConfig:
-    mode: str = "off"
-    strength: float = 1.0
+__all__ = ["Stitcher", "DriftConfig"]
+
+STATE_VERSION = 1
+# the seam alignment is continuity, not anchoring: full strength, clamps of the defaults
+_SEAM_FIT = DriftConfig(mode="lab-meanstd", strength=1.0)
+SEAM_MATCH_FRAMES = 4  # without overlap: frames each side of a hard seam matched (0.25 s at 16 fps)
 
 
 class Stitcher:
-    def __init__(self, overlap_frames: int, config: DriftConfig | None = None) -> None:
-        self.overlap = overlap_frames
-        self.config = config or DriftConfig()
-        self._held = None
+    """Seam blending + drift correction + drift metrics for one output video (see module doc)."""
+
+    def __init__(self, overlap_frames: int = 0, config: DriftConfig | None = None, fps: float | None = None) -> None:
+        if not isinstance(overlap_frames, (int, np.integer)) or isinstance(overlap_frames, bool) or overlap_frames < 0:
+            raise ValueError(f"`overlap_frames` must be an integer >= 0, got {overlap_frames!r}")
+        self.overlap = int(overlap_frames)
+        self.config = config if config is not None else DriftConfig()
+        if not isinstance(self.config, DriftConfig):
+            raise ValueError(f"`config` must be a DriftConfig, got {type(self.config).__name__}")
+        self.fps = fps
+        self._reference = (
+            load_reference_stats(self.config.reference_image, self.config.stats_stride)
+            if self.config.reference_image is not None
+            else None
+        )
+        self._frame_shape: tuple[int, int] | None = None  # (H, W) fixed for the whole video
+        # timeline
+        self._shot = -1  # index of the current shot; -1 until the first new_shot()/push()
+        self._seg_in_shot = 0  # segments pushed in the current shot
+        self._emitted = 0  # frames returned so far
+        self._held: np.ndarray | None = None  # last O corrected frames of the previous segment
+        self._anchor: LabStats | None = None
+        self._prev: ColorTransform | None = None  # transform at the end of the previous segment
+        self._prev_lut: ColorLUT | None = None  # its LUT, cached (rebuilt after load_state_dict)
+        self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
+        self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
+        self._latent_segments = 0  # on_latents() calls in the current shot
+        # measurements of the output
+        self._stats: list[np.ndarray] = []  # (T, 6) blocks of per-frame LAB mean/std
+        self._segment_starts: list[int] = []
+        self._segment_shots: list[int] = []
+        self._seams: list[tuple[int, int]] = []
+        self._shot_starts: list[int] = []
+        self._anchor_means: list[np.ndarray] = []
+
+    # -- timeline ---------------------------------------------------------------------------------
 
     def new_shot(self) -> np.ndarray:
-        held, self._held = self._held, None
-        return held if held is not None else np.zeros((0, 0, 0, 3), np.uint8)
+        """Start a shot; returns the previous shot's held-back frames for the caller to write."""
+        tail = self._release_held()
+        self._shot += 1
+        self._seg_in_shot = 0
+        self._latent_segments = 0
+        self._anchor = None
+        self._prev = None
+        self._prev_lut = None
+        self._tail_stats = None
+        self._latent_anchor = None
+        self._shot_starts.append(self._emitted)
+        return tail
 
     def on_latents(self, latents):
-        return latents
+        """Segment latents `(B, C, F, h, w)` after denoising, before decode and handoff. With
+        `config.latent`, the shot's first call sets the anchor and later calls return latents
+        AdaIN-ed toward it (clamped, ramped, `latent_factor * strength`); otherwise the input."""
+        if not self.config.latent:
+            return latents
+        if latents.ndim != 5:
+            raise ValueError(f"`latents` must be (B, C, F, h, w), got shape {tuple(latents.shape)}")
+        if self._shot < 0:
+            self.new_shot()
+        self._latent_segments += 1
+        if self._latent_anchor is None:
+            self._latent_anchor = latent_channel_stats(latents)
+            return latents
+        mean, std = self._latent_anchor
+        if mean.shape != tuple(latents.shape[:2]):
+            raise ValueError(f"`latents` batch/channels {tuple(latents.shape[:2])} differ from the anchor's {mean.shape}")
+        return adain_latents(latents, mean, std, self.config)
 
     def push(self, frames: np.ndarray) -> np.ndarray:
-        o = self.overlap
-        if self._held is not None and o:
-            w = ((np.arange(o) + 1) / (o + 1)).reshape(-1, 1, 1, 1)
-            blend = (self._held * (1 - w) + frames[:o] * w).round().astype(np.uint8)
-            frames = np.concatenate([blend, frames[o:]])
-        ready, self._held = (frames[:-o], frames[-o:]) if o else (frames, None)
-        return ready
+        """Add a decoded segment `(T, H, W, 3)` uint8 (or RGB0 `(T, H, W, 4)`, the fast path of
+        `drift fix`); returns the frames ready to write, same channel count as the input."""
+        frames = np.asarray(frames)
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] not in (3, 4):
+            raise ValueError(f"`frames` must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
+        if self._frame_shape is None:
+            self._frame_shape = frames.shape[1:3]
+        elif frames.shape[1:3] != self._frame_shape:
+            raise ValueError(f"`frames` are {frames.shape[2]}x{frames.shape[1]}, earlier segments were "
+                             f"{self._frame_shape[1]}x{self._frame_shape[0]}")  # fmt: skip
+        if self._shot < 0:
+            self.new_shot()
+        O, T = self.overlap, len(frames)
+        first = self._seg_in_shot == 0
+        if T < 1 or (not first and T < O):
+            raise ValueError(f"`frames`: a later segment with overlap {O} needs at least {O} frames, got {T}")
+        if not first and O and (self._held is None or len(self._held) < O):
+            raise ValueError(f"`frames`: the previous segment was shorter than the {O}-frame overlap")
+        cfg = self.config
+        # (1)-(3): per-segment statistics of the ORIGINAL frames -> one transform, ramped
+        if cfg.mode != "off" and cfg.strength > 0:
+            stats = LabStats.of_frames(frames, cfg.stats_stride)
+            if first:
+                self._anchor = self._reference if self._reference is not None else stats
+            transform = fit_transform(stats, self._anchor, cfg)
+            lut = None if transform.is_identity else ColorLUT(transform)
+            if first:
+                start_lut = lut  # a shot's first segment: no ramp-in
+            elif cfg.ramp and self._tail_stats is not None:
+                # The ramp starts where the previous segment ended: its first frames are matched
+                # to the previous segment's corrected last frames (with overlap: the same moments;
+                # without: the adjacent ones), so no drift step is left at the seam. Measured on
+                # benchmarks/drift.py, see docs/drift.md ("Correction", step 4).
+                k = O if O else min(SEAM_MATCH_FRAMES, T)
+                seam = fit_transform(LabStats.of_frames(frames[:k], cfg.stats_stride), self._tail_stats, _SEAM_FIT)
+                start_lut = None if seam.is_identity else ColorLUT(seam)
+            else:
+                start_lut = self._prev_lut
+            corrected = apply_ramped(frames, start_lut, lut, cfg.ramp)
+            self._prev, self._prev_lut = transform, lut
+            k = O if O else min(SEAM_MATCH_FRAMES, T)
+            self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
+        else:
+            if first:
+                self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, cfg.stats_stride)
+            corrected = frames
+        if first:
+            self._anchor_means.append(self._anchor.mean.copy())
+        # (4): seam crossfade with the held-back frames
+        self._segment_starts.append(self._emitted)
+        self._segment_shots.append(self._shot)
+        keep_back = min(O, T)  # a shot shorter than the overlap is a single segment: hold it all
+        if first or O == 0:
+            body = corrected[: T - keep_back]
+            if not first:
+                self._seams.append((self._emitted, self._emitted))  # hard cut inside the shot
+        else:
+            blend = crossfade(self._held, corrected[:O], cfg.blend_space)
+            self._seams.append((self._emitted, self._emitted + O))
+            # A short segment (the trimmed last one of a shot, T < 2*O) holds back part of its own
+            # crossfade; the arithmetic is the same either way.
+            corrected = np.concatenate([blend, corrected[O:]])
+            body = corrected[: T - O]
+        self._held = corrected[T - keep_back :].copy() if O else None
+        self._seg_in_shot += 1
+        return self._emit(body)
 
     def flush(self) -> np.ndarray:
-        return self.new_shot()
+        """The held-back frames of the last segment (call once, at the end)."""
+        return self._release_held()
 
-    def report(self):
-        return None
+    # -- report -----------------------------------------------------------------------------------
+
+    def report(self) -> DriftReport:
+        """Drift figures of everything emitted so far (held-back frames are not yet included)."""
+        stats = np.concatenate(self._stats) if self._stats else np.zeros((0, 6))
+        return build_report(
+            stats,
+            self._segment_starts,
+            self._segment_shots,
+            self._seams,
+            self._shot_starts,
+            self._anchor_means,
+            fps=self.fps,
+        )
+
+    # -- crash-resume -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {"held": self._held}
+        """Everything needed to continue identically: plain numpy / Python types, picklable."""
+        return {
+            "version": STATE_VERSION,
+            "overlap": self.overlap,
+            "frame_shape": None if self._frame_shape is None else list(self._frame_shape),
+            "shot": self._shot,
+            "seg_in_shot": self._seg_in_shot,
+            "emitted": self._emitted,
+            "held": None if self._held is None else self._held.copy(),
+            "anchor": None if self._anchor is None else self._anchor.to_dict(),
+            "prev_transform": None if self._prev is None else self._prev.to_dict(),
+            "tail_stats": None if self._tail_stats is None else self._tail_stats.to_dict(),
+            "latent_anchor": None if self._latent_anchor is None else [a.copy() for a in self._latent_anchor],
+            "latent_segments": self._latent_segments,
+            "stats": np.concatenate(self._stats) if self._stats else np.zeros((0, 6)),
+            "segment_starts": list(self._segment_starts),
+            "segment_shots": list(self._segment_shots),
+            "seams": [list(s) for s in self._seams],
+            "shot_starts": list(self._shot_starts),
+            "anchor_means": [m.copy() for m in self._anchor_means],
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self._held = state["held"]
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"`state` version {state.get('version')!r} is not {STATE_VERSION}")
+        if state["overlap"] != self.overlap:
+            raise ValueError(f"`state` was saved with overlap {state['overlap']}, this stitcher has {self.overlap}")
+        self._frame_shape = None if state["frame_shape"] is None else tuple(state["frame_shape"])
+        self._shot = int(state["shot"])
+        self._seg_in_shot = int(state["seg_in_shot"])
+        self._emitted = int(state["emitted"])
+        self._held = None if state["held"] is None else np.array(state["held"], np.uint8)
+        self._anchor = None if state["anchor"] is None else LabStats.from_dict(state["anchor"])
+        self._prev = None if state["prev_transform"] is None else ColorTransform.from_dict(state["prev_transform"])
+        self._prev_lut = None if self._prev is None or self._prev.is_identity else ColorLUT(self._prev)
+        self._tail_stats = None if state["tail_stats"] is None else LabStats.from_dict(state["tail_stats"])
+        la = state["latent_anchor"]
+        self._latent_anchor = None if la is None else (np.asarray(la[0]), np.asarray(la[1]))
+        self._latent_segments = int(state["latent_segments"])
+        self._stats = [np.asarray(state["stats"], np.float64)]
+        self._segment_starts = list(state["segment_starts"])
+        self._segment_shots = list(state["segment_shots"])
+        self._seams = [tuple(s) for s in state["seams"]]
+        self._shot_starts = list(state["shot_starts"])
+        self._anchor_means = [np.asarray(m) for m in state["anchor_means"]]
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _emit(self, frames: np.ndarray) -> np.ndarray:
+        if len(frames):
+            self._stats.append(frame_lab_stats(frames, self.config.stats_stride))
+            self._emitted += len(frames)
+        return frames
+
+    def _release_held(self) -> np.ndarray:
+        held, self._held = self._held, None
+        if held is None:
+            shape = (0, *self._frame_shape, 3) if self._frame_shape else (0, 0, 0, 3)
+            return np.zeros(shape, np.uint8)
+        return self._emit(held)
+

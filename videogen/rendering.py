@@ -134,7 +134,7 @@ def render(
 ) -> Iterator[Event]:
     from videogen.models.codec import video_to_uint8
     from videogen.models.loader import load_model
-    from videogen.stitch import DriftConfig, Stitcher
+    from videogen.stitch import Stitcher
 
     spec.validate()
     output = check_output_path(output)
@@ -153,7 +153,7 @@ def render(
     embeds = {p: encode([p]) for p in dict.fromkeys(seg.prompt for seg in plan.segments)}
     uncond = encode([spec.negative_prompt]) if settings.guidance > 1.0 else None
 
-    stitcher = Stitcher(settings.overlap_frames, DriftConfig(**spec.drift_correction))
+    stitcher = Stitcher(settings.overlap_frames, spec.drift_config(), fps=settings.fps)
     writer = VideoWriter(output, settings.width, settings.height, settings.fps, thumbnail=thumb)
     handoff: torch.Tensor | None = None
     frames_written = 0
@@ -223,14 +223,10 @@ def _concat(parts: list[np.ndarray], settings: ResolvedSettings) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _write_report(stitcher, output: Path) -> Path | None:
-    report = stitcher.report()
-    if report is None:
-        return None
-    path = output.with_name(output.stem + ".drift.json")
-    path.write_text(report.to_json())
-    report.plot(output.with_name(output.stem + ".drift.png"))
-    return path
+def _write_report(stitcher, output: Path) -> Path:
+    """The drift report (JSON + PNG plot) next to the video: `<video>.drift.json`, `<video>.drift.png`."""
+    json_path, _png = stitcher.report().write(output)
+    return json_path
 
 
 class _Checkpoints:

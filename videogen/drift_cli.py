@@ -1,0 +1,269 @@
+"""`videogen drift report|fix`: drift figures and drift correction for any chained video.
+
+`report VIDEO [--segment-frames N] [--json] [--plot drift.png]` measures a video as it is:
+segment k is frames [kN, (k+1)N), the anchor is segment 0.
+
+`fix VIDEO --segment-frames N [--overlap M] [--mode MODE] [--strength S] -o OUT` corrects a
+chained video whose segments of N frames were concatenated as generated: with `--overlap M`,
+each segment's first M frames repeat the moments of the previous segment's last M (the output is
+then crossfaded and M frames shorter per seam); with M = 0 (default) seams are hard cuts and the
+frame count is kept. The video streams through the same `Stitcher` the render loop uses:
+a decoder thread, the stitcher on packed RGB0 words, an encoder thread; memory holds about one
+segment whatever the video's length. The drift report of the output is written next to it.
+
+Errors are `ValueError` / `VideoIOError` with one line naming the option; `main()` prints
+`videogen: error: <msg>` and returns 2, as the main CLI does. No partial output is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from videogen.drift import MODES, DriftConfig, build_report, frame_lab_stats
+from videogen.io import VideoIOError, VideoReader, VideoWriter, check_output_path
+from videogen.stitch import Stitcher
+
+READ_CHUNK = 16  # frames per pipe read: ~25 MB at 832x480 RGB0
+
+
+def add_drift_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `drift report` and `drift fix` on an argparse subparsers object."""
+    drift = subparsers.add_parser("drift", help="measure or correct colour drift of a chained video")
+    sub = drift.add_subparsers(dest="drift_command", metavar="{report,fix}")
+    sub.required = True
+    _add_subcommands(sub)
+    return drift
+
+
+def _add_subcommands(sub) -> None:
+    rep = sub.add_parser("report", help="drift figures (and a plot) of a video")
+    rep.add_argument("video")
+    rep.add_argument("--segment-frames", type=int, default=None, metavar="N",
+                     help="frames per segment (default: the whole video is one segment)")
+    rep.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    rep.add_argument("--frames", action="store_true", help="with --json: include per-frame series")
+    rep.add_argument("--plot", default=None, metavar="PNG", help="write a plot of L*, a*, b* over time")
+    rep.set_defaults(func=run_report)
+
+    fix = sub.add_parser("fix", help="correct drift of a chained video, streaming")
+    fix.add_argument("video")
+    fix.add_argument("--segment-frames", type=int, required=True, metavar="N")
+    fix.add_argument("--overlap", type=int, default=0, metavar="M",
+                     help="frames each segment repeats from the previous one (crossfaded)")
+    fix.add_argument("--mode", default="lab-meanstd", help=f"one of {', '.join(MODES)}")
+    fix.add_argument("--strength", type=float, default=1.0, help="0 (identity) .. 1 (full)")
+    fix.add_argument("--max-shift", type=float, default=DriftConfig.max_shift, help="LAB units")
+    fix.add_argument("--reference-image", default=None, help="anchor to this image's colours")
+    fix.add_argument("--blend-space", default=DriftConfig.blend_space, help="linear or lab")
+    fix.add_argument("--crf", type=int, default=18)
+    fix.add_argument("--preset", default="superfast", help="x264 preset (speed vs file size)")
+    fix.add_argument("--no-report", action="store_true", help="skip <OUT>.drift.json/.png")
+    fix.add_argument("-o", "--output", required=True, metavar="OUT")
+    fix.set_defaults(func=run_fix)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry with just the drift subcommands: `main(["report", "v.mp4", "--json"])`."""
+    parser = argparse.ArgumentParser(prog="videogen drift")
+    sub = parser.add_subparsers(dest="drift_command", metavar="{report,fix}")
+    sub.required = True
+    _add_subcommands(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, VideoIOError) as exc:
+        print(f"videogen: error: {exc}", file=sys.stderr)
+        return 2
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_segment_frames(n: int | None, num_frames: int) -> None:
+    if n is None:
+        return
+    if n < 1:
+        raise ValueError(f"`--segment-frames` must be >= 1, got {n}")
+    if n > num_frames:
+        raise ValueError(f"`--segment-frames` {n} is longer than the video ({num_frames} frames)")
+
+
+def run_report(args) -> int:
+    reader = VideoReader(args.video)
+    info = reader.info
+    if info.num_frames == 0:
+        raise VideoIOError(f"video {args.video!r} has no frames")
+    _check_segment_frames(args.segment_frames, info.num_frames)
+    if args.plot is not None:
+        check_output_path(args.plot, "--plot")
+    stats = np.concatenate([frame_lab_stats(c) for c in reader.iter_chunks(READ_CHUNK)])
+    n = len(stats)
+    seg = args.segment_frames or n
+    starts = list(range(0, n, seg))
+    # the anchor: segment 0's mean (mean of per-frame means: equal pixel counts per frame)
+    report = build_report(stats, starts, [0] * len(starts), [(s, s) for s in starts[1:]], [0],
+                          [stats[:seg, :3].mean(0)], fps=info.fps)  # fmt: skip
+    if args.plot is not None:
+        report.plot(args.plot)
+    if args.json:
+        print(report.to_json(frames=args.frames))
+    else:
+        print(_summary(report, args.video))
+    return 0
+
+
+def _summary(r, name: str) -> str:
+    se = r.start_end
+    lines = [
+        f"{name}: {r.num_frames} frames, {len(r.segments)} segments",
+        f"  dE76 vs anchor   mean {r.dE76_mean:.2f}  max {max((s.dE76 for s in r.segments), default=0):.2f}  (just noticeable ~2.3)",
+        f"  dE2000 vs anchor mean {r.dE2000_mean:.2f}",
+        f"  start->end       dL* {se['dL']:+.2f}  da* {se['da']:+.2f}  db* {se['db']:+.2f}  contrast x{se['contrast_ratio']:.3f}",
+        f"  seam jump        max {r.seam_jump_max:.2f}  (1 = a typical in-segment step)",
+        f"  flicker          {r.flicker:.4f}",
+    ]
+    return "\n".join(lines)
+
+
+def _fix_config(args) -> DriftConfig:
+    """Validate options by their CLI names before any work (DriftConfig names its fields)."""
+    if args.mode not in MODES:
+        raise ValueError(f"`--mode` must be one of {', '.join(MODES)}, got {args.mode!r}")
+    if not 0.0 <= args.strength <= 1.0:
+        raise ValueError(f"`--strength` must be in [0, 1], got {args.strength:g}")
+    if not args.max_shift >= 0:
+        raise ValueError(f"`--max-shift` must be >= 0, got {args.max_shift:g}")
+    if args.overlap < 0:
+        raise ValueError(f"`--overlap` must be >= 0, got {args.overlap}")
+    if args.segment_frames < 1:
+        raise ValueError(f"`--segment-frames` must be >= 1, got {args.segment_frames}")
+    if args.overlap and args.segment_frames < 2 * args.overlap:
+        raise ValueError(f"`--overlap` {args.overlap} needs `--segment-frames` >= {2 * args.overlap}, got {args.segment_frames}")
+    if args.reference_image is not None and not Path(args.reference_image).is_file():
+        raise ValueError(f"`--reference-image` {args.reference_image!r} does not exist")
+    try:
+        return DriftConfig(mode=args.mode, strength=args.strength, max_shift=args.max_shift,
+                           reference_image=args.reference_image, blend_space=args.blend_space)  # fmt: skip
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("`blend_space`", "`--blend-space`").replace("`reference_image`", "`--reference-image`")) from None
+
+
+def run_fix(args) -> int:
+    cfg = _fix_config(args)
+    out = check_output_path(args.output, "--output")
+    if out.resolve() == Path(args.video).resolve():
+        raise ValueError(f"`--output` {args.output!r} is the input video")
+    reader = VideoReader(args.video)
+    info = reader.info
+    n, o = args.segment_frames, args.overlap
+    _check_segment_frames(n, info.num_frames)
+    rest = info.num_frames % n
+    if rest and rest < max(2 * o, 1):
+        raise ValueError(
+            f"`--segment-frames` {n} with `--overlap` {o} does not fit {info.num_frames} frames: "
+            f"the last segment has {rest} frames, needs at least {max(2 * o, 1)}"
+        )
+    t0 = time.perf_counter()
+    stitcher = Stitcher(overlap_frames=o, config=cfg, fps=info.fps)
+    written = fix_stream(reader, stitcher, out, n, crf=args.crf, preset=args.preset)
+    elapsed = time.perf_counter() - t0
+    report = stitcher.report()
+    report.extra["fix"] = {"input": str(args.video), "frames_in": info.num_frames, "frames_out": written,
+                           "seconds": round(elapsed, 3), "fps": round(info.num_frames / elapsed, 1)}  # fmt: skip
+    if not args.no_report:
+        report.write(out)
+    print(f"{out}: {written} frames ({info.num_frames} in), {info.num_frames / elapsed:.0f} frames/s; "
+          f"dE76 mean {report.dE76_mean:.2f}, seam jump max {report.seam_jump_max:.2f}")  # fmt: skip
+    return 0
+
+
+def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frames: int, *,
+               crf: int = 18, preset: str = "superfast") -> int:  # fmt: skip
+    """Decode -> stitch per segment -> encode, with the decoder and the encoder on their own
+    threads (both mostly wait on ffmpeg pipes, which release the GIL). Returns frames written."""
+    info = reader.info
+    chunks: queue.Queue = queue.Queue(maxsize=4)  # bounded: memory stays flat
+    ready: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            for c in reader.iter_chunks(READ_CHUNK, pix_fmt="rgb0"):
+                while not stop.is_set():
+                    try:
+                        chunks.put(c, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+        finally:
+            chunks.put(None)
+
+    def encode(writer: VideoWriter) -> None:
+        try:
+            while (frames := ready.get()) is not None:
+                if not errors:
+                    writer.write(frames)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            stop.set()
+            while ready.get() is not None:  # drain so the producer never blocks
+                pass
+
+    writer = VideoWriter(out, info.width, info.height, info.fps or 16.0, crf=crf, preset=preset, pix_fmt="rgb0")
+    dec = threading.Thread(target=decode, daemon=True)
+    enc = threading.Thread(target=encode, args=(writer,), daemon=True)
+    dec.start()
+    enc.start()
+    try:
+        segment = np.empty((segment_frames, info.height, info.width, 4), np.uint8)
+        filled = 0
+        stitcher.new_shot()
+        while (c := chunks.get()) is not None:
+            i = 0
+            while i < len(c):
+                k = min(len(c) - i, segment_frames - filled)
+                segment[filled : filled + k] = c[i : i + k]
+                filled += k
+                i += k
+                if filled == segment_frames:
+                    ready.put(_owned(stitcher.push(segment), segment))
+                    filled = 0
+            if errors:
+                break
+        if not errors and filled:
+            ready.put(_owned(stitcher.push(segment[:filled]), segment))
+        if not errors:
+            ready.put(stitcher.flush())
+        ready.put(None)
+        enc.join()
+        stop.set()
+        if errors:
+            raise errors[0]
+        if writer.frames_written == 0:
+            raise VideoIOError(f"cannot read video {str(reader.path)!r}: no frames decoded")
+        writer.close()
+        return writer.frames_written
+    except BaseException:
+        stop.set()
+        if enc.is_alive():
+            ready.put(None)
+            enc.join(timeout=5)
+        writer.abort()
+        raise
+
+
+def _owned(frames: np.ndarray, buffer: np.ndarray) -> np.ndarray:
+    # with no correction the stitcher returns views of its input; the buffer is refilled next
+    return frames.copy() if np.shares_memory(frames, buffer) else frames
