@@ -54,7 +54,7 @@ class ServiceSettings(BaseSettings):
     lease_seconds: float = 60.0  # a worker renews its lease every lease_seconds/4
     reaper_interval_seconds: float = 10.0  # requeue jobs whose lease expired; purge expired outputs
     worker_poll_seconds: float = 1.0  # embedded worker: idle poll (a create wakes it at once)
-    torch_threads: int = 1  # embedded worker: leave the other cores to the API's event loop
+    torch_threads: int = 1  # torch threads per worker (0 = torch's default): leaves the API a core
     # Celery/Redis: a message not acked within this is delivered again. It must exceed the longest
     # render (hours for a long 14B video); the store's lease makes a redelivery harmless anyway.
     visibility_timeout: int = 12 * 3600

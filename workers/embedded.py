@@ -24,7 +24,7 @@ log = logging.getLogger("videogen.worker")
 class EmbeddedWorker:
     def __init__(self, service: Service, wakeup: threading.Event | None = None) -> None:
         self.service = service
-        self.ctx = WorkerContext(service.settings, service.store, service.storage, ModelCache(),
+        self.ctx = WorkerContext(service.settings, service.store, service.storage, ModelCache(service.settings.torch_threads),
                                  worker_id=f"embedded@{socket.gethostname()}:{os.getpid()}")  # fmt: skip
         self.wakeup = wakeup or getattr(service.queue, "wakeup", None) or threading.Event()
         self._stop = threading.Event()
@@ -44,10 +44,7 @@ class EmbeddedWorker:
         self.wakeup.set()
 
     def _run(self) -> None:
-        import torch
-
-        torch.set_num_threads(max(1, self.ctx.settings.torch_threads))
-        log.info("embedded worker %s started (torch threads %d)", self.ctx.worker_id, torch.get_num_threads())
+        log.info("embedded worker %s started", self.ctx.worker_id)
         poll = self.ctx.settings.worker_poll_seconds
         while not self._stop.is_set():
             self.wakeup.clear()
