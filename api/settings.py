@@ -17,6 +17,7 @@ import hashlib
 import ipaddress
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,7 +37,7 @@ def is_loopback(host: str) -> bool:
 
 
 class ServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VIDEOGEN_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="VIDEOGEN_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Path("~/.local/share/videogen")
     database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "VIDEOGEN_DATABASE_URL"))
@@ -54,6 +55,10 @@ class ServiceSettings(BaseSettings):
     lease_seconds: float = 60.0  # a worker renews its lease every lease_seconds/4
     reaper_interval_seconds: float = 10.0  # requeue jobs whose lease expired; purge expired outputs
     worker_poll_seconds: float = 1.0  # embedded worker: idle poll (a create wakes it at once)
+    # Embedded mode: "process" renders in a child process (the API process never imports torch and
+    # keeps its GIL: see benchmarks/api_load.py), "thread" in a thread of the API process.
+    embedded_worker: Literal["process", "thread"] = "process"
+    embedded_worker_nice: int = 10  # the render is batch work: the API's requests go first on a busy CPU
     torch_threads: int = 1  # torch threads per worker (0 = torch's default): leaves the API a core
     # Celery/Redis: a message not acked within this is delivered again. It must exceed the longest
     # render (hours for a long 14B video); the store's lease makes a redelivery harmless anyway.

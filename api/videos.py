@@ -154,9 +154,13 @@ def _new_job(tenant: str, entry, checked, prompt: str, source: str | None = None
                segments_total=checked.segments)  # fmt: skip
 
 
+def _create_and_submit(svc: Service, job: Job) -> None:
+    svc.store.create(job)
+    svc.queue.submit(job.id)
+
+
 async def _submit(svc: Service, job: Job) -> dict[str, Any]:
-    await run_in_threadpool(svc.store.create, job)
-    await run_in_threadpool(svc.queue.submit, job.id)
+    await run_in_threadpool(_create_and_submit, svc, job)  # one thread hop: SQL insert, then the queue
     return video_object(job)
 
 

@@ -68,9 +68,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     service = build_service(settings)
     workers = []
     if not settings.fleet:
-        from workers.embedded import EmbeddedWorker
+        from workers.embedded import EmbeddedWorkerProcess, EmbeddedWorkerThread
 
-        workers.append(EmbeddedWorker(service))
+        host = EmbeddedWorkerProcess if settings.embedded_worker == "process" else EmbeddedWorkerThread
+        workers.append(host(service))
     app = create_app(settings, service=service, workers=workers)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0

@@ -184,7 +184,7 @@ def test_health_and_readiness(server):
 
 
 def test_jobs_and_outputs_survive_an_api_restart(serve, tmp_path):
-    first = serve()
+    first = serve(extra_env={"VIDEOGEN_EMBEDDED_WORKER": "thread"})  # the other way to host the worker
     with first.client() as c:
         vid = create(c, **FAST)["id"]
         wait_done(c, vid)
