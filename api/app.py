@@ -1,0 +1,130 @@
+"""The FastAPI app factory.
+
+    app = create_app(ServiceSettings(), workers=[embedded_worker])
+
+`workers` are objects with `start()`, `stop()` and `alive`, started and stopped with the app
+(embedded mode passes its in-process worker; the API itself never imports `workers/`). A reaper
+thread requeues jobs whose worker vanished (its lease ran out) and removes outputs past
+`expires_at`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from api.catalog import ModelCatalog
+from api.dispatch import CeleryQueue, StoreQueue
+from api.errors import error_body, install_error_handlers
+from api.settings import ServiceSettings
+from api.storage import OutputStorage
+from api.store import JobStore
+from api.videos import Service, router
+
+log = logging.getLogger("videogen.api")
+
+
+class Reaper:
+    """Every `interval` s: requeue jobs with an expired lease (crashed worker), purge expired outputs."""
+
+    def __init__(self, service: Service, interval: float) -> None:
+        self.service, self.interval = service, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="videogen-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run_once(self) -> None:
+        svc = self.service
+        for job in svc.store.requeue_expired():
+            if job.status == "queued":
+                svc.queue.submit(job.id)
+        for job in svc.store.expired():
+            svc.storage.remove(job.id)
+            svc.store.purge(job.id)
+            log.info("job %s tenant %s: outputs removed (%s)", job.id, job.tenant, "deleted" if job.deleted else "expired")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except Exception:  # a database hiccup must not kill the reaper
+                log.exception("reaper pass failed")
+
+
+def build_service(settings: ServiceSettings) -> Service:
+    data = settings.data_path
+    data.mkdir(parents=True, exist_ok=True)
+    store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
+    queue = (CeleryQueue(settings.redis_url, settings.queue, settings.visibility_timeout)
+             if settings.fleet else StoreQueue())  # fmt: skip
+    return Service(settings, store, OutputStorage(data), ModelCatalog(settings), queue)
+
+
+def create_app(settings: ServiceSettings | None = None, *, service: Service | None = None,
+               workers: list[Any] | None = None) -> FastAPI:  # fmt: skip
+    settings = settings or ServiceSettings()
+    service = service or build_service(settings)
+    workers = list(workers or [])
+    reaper = Reaper(service, settings.reaper_interval_seconds)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        reaper.start()
+        for w in workers:
+            w.start()
+        log.info("videogen API ready: %s mode, data in %s", service.queue.mode, settings.data_path)
+        yield
+        for w in workers:
+            w.stop()
+        reaper.stop()
+
+    app = FastAPI(title="videogen", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.service = service
+    app.state.workers = workers
+    app.state.reaper = reaper
+    install_error_handlers(app)
+    app.include_router(router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz():
+        """Readiness: the store answers, the data directory is writable, the queue (Redis) answers,
+        and in embedded mode the in-process worker is alive."""
+        checks: dict[str, str] = {}
+        try:
+            service.store.ping()
+            checks["database"] = "ok"
+        except Exception as exc:  # any driver error means not ready
+            checks["database"] = f"error: {type(exc).__name__}"
+        checks["data_dir"] = "ok" if os.access(settings.data_path, os.W_OK) else "error: not writable"
+        try:
+            service.queue.ping()
+            checks["queue"] = "ok"
+        except Exception as exc:
+            checks["queue"] = f"error: {type(exc).__name__}"
+        if workers:
+            checks["worker"] = "ok" if all(w.alive for w in workers) else "error: not running"
+        ok = all(v == "ok" for v in checks.values())
+        if not ok:
+            bad = ", ".join(f"{k} ({v})" for k, v in checks.items() if v != "ok")
+            return JSONResponse({**error_body(f"not ready: {bad}", "server_error", None, "not_ready"), "checks": checks},
+                                503)  # fmt: skip
+        return {"status": "ready", "mode": service.queue.mode, "checks": checks}
+
+    return app

@@ -1,0 +1,80 @@
+"""Request parameters and the response objects of `/v1/videos`, shaped like OpenAI's Videos API.
+
+The video object carries OpenAI's fields (id, object, model, status, progress, created_at,
+completed_at, expires_at, seconds, size, prompt, remixed_from_video_id, error) plus ours:
+`extended_from_video_id`, `steps_done`/`steps_total`, `segments_done`/`segments_total`,
+`started_at`. Status adds `cancelled` to OpenAI's four.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.store import Job
+
+
+class ShotParam(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
+    seconds: float
+
+
+class CreateParams(BaseModel):
+    """`POST /v1/videos`. Multipart sends strings; lax validation turns "4" into 4.0."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str | None = None
+    model: str | None = None
+    seconds: float | None = None
+    size: str | None = None
+    # ours
+    fps: float | None = None
+    seed: int = 0
+    steps: int | None = None
+    guidance_scale: float | None = None
+    negative_prompt: str = ""
+    attention: str | None = None
+    drift_correction: dict[str, Any] | None = None
+    shots: list[ShotParam] | None = Field(None, min_length=1)
+
+
+class ExtendParams(BaseModel):
+    """`POST /v1/videos/extensions`: `video` is `{"id": ...}` (multipart: `video[id]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
+    seconds: float
+    video: dict[str, str]
+
+
+def _ts(t: float | None) -> int | None:
+    return None if t is None else int(t)
+
+
+def video_object(job: Job) -> dict[str, Any]:
+    error = None
+    if job.error_code:
+        error = {"code": job.error_code, "message": job.error_message or "", "param": job.error_param}
+    return {
+        "id": job.id,
+        "object": "video",
+        "model": job.model,
+        "status": job.status,
+        "progress": job.progress,
+        "created_at": _ts(job.created_at),
+        "completed_at": _ts(job.completed_at),
+        "expires_at": _ts(job.expires_at),
+        "seconds": job.seconds,
+        "size": job.size,
+        "prompt": job.prompt,
+        "remixed_from_video_id": None,
+        "error": error,
+        "extended_from_video_id": job.source_video_id,
+        "started_at": _ts(job.started_at),
+        "steps_done": job.steps_done,
+        "steps_total": job.steps_total,
+        "segments_done": job.segments_done,
+        "segments_total": job.segments_total,
+    }

@@ -1,0 +1,98 @@
+"""`ServiceSettings`: the one object the job service reads its configuration from.
+
+Environment variables use the `VIDEOGEN_` prefix, except the two URLs every deployment tool
+already knows: `DATABASE_URL` and `REDIS_URL`.
+
+    VIDEOGEN_DATA_DIR        outputs, checkpoints and the default SQLite file (~/.local/share/videogen)
+    DATABASE_URL             SQLAlchemy URL; default sqlite:///<data_dir>/jobs.db
+    REDIS_URL                set = fleet mode (Celery over Redis); unset = embedded worker
+    VIDEOGEN_API_KEYS        "key1:tenantA,key2:tenantB" (kept only as SHA-256 hashes after load)
+    VIDEOGEN_MODELS          "name=/abs/folder,..." extra models the operator serves, besides presets
+    VIDEOGEN_DEFAULT_MODEL   model used when a request names none ("" = the preset default)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VIDEOGEN_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Path("~/.local/share/videogen")
+    database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "VIDEOGEN_DATABASE_URL"))
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "VIDEOGEN_REDIS_URL"))
+    api_keys: str = Field("", repr=False)  # "key:tenant,..."; see `tenant_by_key_hash`
+    no_auth: bool = False  # every request is tenant "local"; `videogen serve` allows it on loopback only
+    models: str = ""  # "name=/abs/path,..." operator-configured diffusers folders
+    default_model: str = ""
+    device: str = "auto"  # where workers render
+    dtype: str = "auto"
+    queue: str = "videogen"  # Celery queue name
+    max_upload_bytes: int = 10 * 1024 * 1024
+    max_seconds: float = 600.0  # per job; the library's own cap is an hour
+    output_ttl_seconds: int = 7 * 24 * 3600  # expires_at = finished_at + this
+    lease_seconds: float = 60.0  # a worker renews its lease every lease_seconds/4
+    reaper_interval_seconds: float = 10.0  # requeue jobs whose lease expired; purge expired outputs
+    worker_poll_seconds: float = 1.0  # embedded worker: idle poll (a create wakes it at once)
+    # Embedded mode: "process" renders in a child process (the API process never imports torch and
+    # keeps its GIL: see benchmarks/api_load.py), "thread" in a thread of the API process.
+    embedded_worker: Literal["process", "thread"] = "process"
+    embedded_worker_nice: int = 10  # the render is batch work: the API's requests go first on a busy CPU
+    torch_threads: int = 1  # torch threads per worker (0 = torch's default): leaves the API a core
+    # Celery/Redis: a message not acked within this is delivered again. It must exceed the longest
+    # render (hours for a long 14B video); the store's lease makes a redelivery harmless anyway.
+    visibility_timeout: int = 12 * 3600
+
+    @cached_property
+    def tenant_by_key_hash(self) -> dict[str, str]:
+        """SHA-256(key) -> tenant. The raw keys are not kept anywhere else."""
+        table = {}
+        for item in filter(None, (s.strip() for s in self.api_keys.split(","))):
+            key, sep, tenant = item.rpartition(":")
+            if not sep or not key or not tenant:
+                raise ValueError("VIDEOGEN_API_KEYS: expected 'key:tenant,key2:tenant2'")
+            table[hash_key(key)] = tenant
+        return table
+
+    @cached_property
+    def model_folders(self) -> dict[str, Path]:
+        table = {}
+        for item in filter(None, (s.strip() for s in self.models.split(","))):
+            name, sep, folder = item.partition("=")
+            if not sep or not name or not Path(folder).expanduser().is_absolute():
+                raise ValueError("VIDEOGEN_MODELS: expected 'name=/absolute/folder,...'")
+            table[name.strip()] = Path(folder).expanduser()
+        return table
+
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_path / 'jobs.db'}"
+
+    @property
+    def fleet(self) -> bool:
+        return bool(self.redis_url)

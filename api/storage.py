@@ -1,0 +1,44 @@
+"""Where a job's files live under the data directory. Paths come from job ids only, never from
+user input: every public method checks the id is one of ours (`video_` + 32 hex digits).
+
+    <data_dir>/outputs/<job_id>/video.mp4, thumbnail.png
+    <data_dir>/work/<job_id>/            the render's per-segment checkpoints (crash resume)
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from api.store import is_job_id
+
+
+class OutputStorage:
+    def __init__(self, data_dir: Path) -> None:
+        self.root = Path(data_dir)
+        (self.root / "outputs").mkdir(parents=True, exist_ok=True)
+        (self.root / "work").mkdir(parents=True, exist_ok=True)
+
+    def _checked(self, job_id: str) -> str:
+        if not is_job_id(job_id):
+            raise ValueError(f"not a job id: {job_id!r}")
+        return job_id
+
+    def output_dir(self, job_id: str) -> Path:
+        return self.root / "outputs" / self._checked(job_id)
+
+    def video(self, job_id: str) -> Path:
+        return self.output_dir(job_id) / "video.mp4"
+
+    def thumbnail(self, job_id: str) -> Path:
+        return self.output_dir(job_id) / "thumbnail.png"
+
+    def workdir(self, job_id: str) -> Path:
+        return self.root / "work" / self._checked(job_id)
+
+    def remove_work(self, job_id: str) -> None:
+        shutil.rmtree(self.workdir(job_id), ignore_errors=True)
+
+    def remove(self, job_id: str) -> None:
+        shutil.rmtree(self.output_dir(job_id), ignore_errors=True)
+        self.remove_work(job_id)

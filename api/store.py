@@ -1,0 +1,381 @@
+"""The job store: SQLAlchemy over a SQLite file (default) or PostgreSQL (`DATABASE_URL`).
+
+The store is the service's source of truth and, in embedded mode, its queue. Every state change
+of a job goes through one method here, which writes the row, appends an event (for the SSE
+stream) and logs one line with the job id and tenant, so nothing is lost when the API restarts
+and every transition is visible.
+
+A worker *claims* a job with one atomic UPDATE that succeeds only when no live lease is held
+(`lease_owner` empty, the same owner, or `lease_expires` past). It then renews the lease while
+it renders; a crashed worker's lease runs out and `requeue_expired()` puts the job back in the
+queue. Whatever Celery redelivers, a job therefore never runs twice at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (JSON, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
+                        select, text, update)  # fmt: skip
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+log = logging.getLogger("videogen.jobs")
+
+QUEUED, IN_PROGRESS, COMPLETED, FAILED, CANCELLED = "queued", "in_progress", "completed", "failed", "cancelled"
+TERMINAL = (COMPLETED, FAILED, CANCELLED)
+ID_PREFIX = "video_"
+
+
+def new_job_id() -> str:
+    return ID_PREFIX + secrets.token_hex(16)
+
+
+def is_job_id(value: str) -> bool:
+    """Job ids are ours (`video_` + 32 hex digits); only such strings ever become file names."""
+    rest = value[len(ID_PREFIX) :] if value.startswith(ID_PREFIX) else ""
+    return len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    """One video job. Times are Unix seconds (float): the same on SQLite and PostgreSQL."""
+
+    __tablename__ = "videogen_jobs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    model: Mapped[str] = mapped_column(String(200))  # the public model name
+    prompt: Mapped[str] = mapped_column(Text)
+    seconds: Mapped[str] = mapped_column(String(32))
+    size: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # videogen RenderSpec.to_dict()
+    source_video_id: Mapped[str | None] = mapped_column(String(40), default=None)  # extensions
+    status: Mapped[str] = mapped_column(String(16), index=True, default=QUEUED)
+    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    steps_total: Mapped[int] = mapped_column(Integer, default=0)  # 0 until a worker has planned the job
+    segments_done: Mapped[int] = mapped_column(Integer, default=0)
+    segments_total: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    error_param: Mapped[str | None] = mapped_column(String(200), default=None)
+    has_video: Mapped[bool] = mapped_column(Boolean, default=False)  # files live at OutputStorage paths
+    has_thumbnail: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    lease_expires: Mapped[float | None] = mapped_column(Float, default=None)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    started_at: Mapped[float | None] = mapped_column(Float, default=None)
+    completed_at: Mapped[float | None] = mapped_column(Float, default=None)
+    expires_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+    @property
+    def progress(self) -> int:
+        """Denoising steps done over steps in all segments, in percent; 100 only when completed."""
+        if self.status == COMPLETED:
+            return 100
+        if not self.steps_total:
+            return 0
+        return min(99, 100 * self.steps_done // self.steps_total)
+
+
+class JobEvent(Base):
+    """What the SSE stream replays: status changes, every denoising step, every finished segment."""
+
+    __tablename__ = "videogen_job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(40), index=True)
+    type: Mapped[str] = mapped_column(String(16))  # status | progress | segment
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[Job]
+    has_more: bool
+
+
+class JobStore:
+    def __init__(self, url: str, *, output_ttl_seconds: float = 7 * 24 * 3600) -> None:
+        self.url = url
+        self.output_ttl = output_ttl_seconds
+        kw: dict[str, Any] = {"future": True}
+        if url.startswith("sqlite"):
+            # Threads of one process (API threadpool, embedded worker) and other processes (Celery
+            # workers on the same host) share the file: WAL lets readers run beside the writer.
+            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kw.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+        self.engine = create_engine(url, **kw)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_connect)
+            event.listen(self.engine, "begin", _sqlite_begin)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        # Read-then-write transactions take SQLite's write lock up front (BEGIN IMMEDIATE): a
+        # deferred one that read first fails at once with "database is locked" when another
+        # connection wrote in between, instead of waiting. PostgreSQL ignores the option.
+        self._write_session = sessionmaker(self.engine.execution_options(sqlite_begin="BEGIN IMMEDIATE"),
+                                           expire_on_commit=False)  # fmt: skip
+        Base.metadata.create_all(self.engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._session.begin() as s:
+            yield s
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with self._write_session.begin() as s:
+            yield s
+
+    def ping(self) -> None:
+        with self.engine.connect() as c:
+            c.execute(text("SELECT 1"))
+
+    # -- API side ----------------------------------------------------------------------------
+    def create(self, job: Job) -> Job:
+        job.created_at = job.created_at or time.time()
+        job.status = QUEUED
+        with self.write() as s:
+            s.add(job)
+            s.flush()
+            self._event(s, job.id, "status", {"status": QUEUED})
+        self._log(job, "created", QUEUED)
+        return job
+
+    def get(self, tenant: str, job_id: str) -> Job | None:
+        with self.session() as s:
+            job = s.get(Job, job_id)
+            return job if job is not None and job.tenant == tenant and not job.deleted else None
+
+    def get_any(self, job_id: str) -> Job | None:
+        with self.session() as s:
+            return s.get(Job, job_id)
+
+    def list(self, tenant: str, *, after: str | None, limit: int, order: str) -> Page | None:
+        """Cursor pagination by (created_at, id). None when `after` is not one of the tenant's jobs."""
+        desc = order == "desc"
+        with self.session() as s:
+            q = select(Job).where(Job.tenant == tenant, Job.deleted.is_(False))
+            if after:
+                cursor = s.get(Job, after)
+                if cursor is None or cursor.tenant != tenant:
+                    return None
+                key = (cursor.created_at, cursor.id)
+                if desc:
+                    q = q.where((Job.created_at < key[0]) | ((Job.created_at == key[0]) & (Job.id < key[1])))
+                else:
+                    q = q.where((Job.created_at > key[0]) | ((Job.created_at == key[0]) & (Job.id > key[1])))
+            by = (Job.created_at.desc(), Job.id.desc()) if desc else (Job.created_at, Job.id)
+            rows = list(s.scalars(q.order_by(*by).limit(limit + 1)))
+        return Page(rows[:limit], len(rows) > limit)
+
+    def request_cancel(self, tenant: str, job_id: str) -> Job | None:
+        """A queued job is cancelled at once; a running one when its worker sees the flag (next step)."""
+        with self.write() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.tenant != tenant or job.deleted:
+                return None
+            if job.status in TERMINAL:
+                return job
+            job.cancel_requested = True
+            if job.status == QUEUED:
+                self._finish(s, job, CANCELLED)
+                return job
+        self._log(job, "cancel requested", job.status)
+        return job
+
+    def delete(self, tenant: str, job_id: str) -> Job | None:
+        """Hide the job at once; a running job is cancelled, and its files go when it stops."""
+        with self.write() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.tenant != tenant or job.deleted:
+                return None
+            job.deleted = True
+            job.cancel_requested = True
+            if job.status == QUEUED:
+                self._finish(s, job, CANCELLED)
+        self._log(job, "deleted", job.status)
+        return job
+
+    def events_after(self, job_id: str, after_id: int, limit: int = 500) -> list[JobEvent]:
+        with self.session() as s:
+            q = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after_id)
+            return list(s.scalars(q.order_by(JobEvent.id).limit(limit)))
+
+    # -- worker side -------------------------------------------------------------------------
+    def next_queued(self, limit: int = 20) -> list[str]:
+        """Oldest queued jobs first (candidates for `claim`)."""
+        with self.session() as s:
+            q = select(Job.id).where(Job.status == QUEUED).order_by(Job.created_at, Job.id).limit(limit)
+            return list(s.scalars(q))
+
+    def claim(self, job_id: str, worker: str, lease_seconds: float) -> Job | None:
+        """Take the job for `worker` if nobody holds a live lease on it. Atomic (one UPDATE)."""
+        now = time.time()
+        with self.write() as s:
+            result = s.execute(
+                update(Job)
+                .where(
+                    Job.id == job_id,
+                    Job.status.in_((QUEUED, IN_PROGRESS)),
+                    Job.cancel_requested.is_(False),
+                    (Job.lease_owner.is_(None)) | (Job.lease_owner == worker) | (Job.lease_expires < now),
+                )
+                .values(lease_owner=worker, lease_expires=now + lease_seconds, attempts=Job.attempts + 1)
+            )
+            if result.rowcount != 1:
+                return None
+            return s.get(Job, job_id)
+
+    def renew(self, job_id: str, worker: str, lease_seconds: float) -> bool:
+        """Extend the lease; False when it is no longer this worker's (it must stop)."""
+        with self.write() as s:
+            result = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == worker)
+                .values(lease_expires=time.time() + lease_seconds)
+            )
+            return result.rowcount == 1
+
+    def cancel_requested(self, job_id: str) -> bool:
+        with self.session() as s:
+            return bool(s.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
+
+    def mark_started(self, job_id: str, worker: str, *, steps_total: int, segments_total: int,
+                     resumed_segments: int, steps_per_segment: int) -> bool:  # fmt: skip
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            if job is None:
+                return False
+            job.steps_total, job.segments_total = steps_total, segments_total
+            job.segments_done = resumed_segments
+            job.steps_done = resumed_segments * steps_per_segment  # restored segments are not re-denoised
+            job.started_at = job.started_at or time.time()
+            previous = job.status
+            job.status = IN_PROGRESS
+            self._event(s, job_id, "status", {"status": IN_PROGRESS, "attempt": job.attempts,
+                                              "resumed_segments": resumed_segments, **self._counts(job)})  # fmt: skip
+        self._log(job, f"started by {worker} (attempt {job.attempts}, resumed {resumed_segments} segment(s))",
+                  IN_PROGRESS if previous != IN_PROGRESS else "in_progress (again)")  # fmt: skip
+        return True
+
+    def record_step(self, job_id: str, worker: str, segment: int, step: int, steps: int) -> None:
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            if job is None:
+                return
+            job.steps_done = min(job.steps_total, job.steps_done + 1)
+            self._event(s, job_id, "progress", {"segment": segment, "step": step, "steps": steps, **self._counts(job)})
+
+    def record_segment(self, job_id: str, worker: str, index: int, frames_written: int, resumed: bool) -> None:
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            if job is None:
+                return
+            job.segments_done = max(job.segments_done, index + 1)
+            self._event(s, job_id, "segment", {"index": index, "frames_written": frames_written, "resumed": resumed,
+                                               **self._counts(job)})  # fmt: skip
+
+    def finish(self, job_id: str, worker: str | None, status: str, *, error: tuple[str, str, str | None] | None = None,
+               has_video: bool = False, has_thumbnail: bool = False) -> Job | None:  # fmt: skip
+        """Terminal transition by the lease holder (worker None: whoever; used for queued jobs)."""
+        with self.write() as s:
+            job = s.get(Job, job_id, with_for_update=True) if worker is None else self._owned(s, job_id, worker)
+            if job is None or job.status in TERMINAL:
+                return None
+            if error is not None:
+                job.error_code, job.error_message, job.error_param = error
+            job.has_video, job.has_thumbnail = has_video, has_thumbnail
+            if status == COMPLETED:
+                job.steps_done, job.segments_done = job.steps_total, job.segments_total
+            self._finish(s, job, status)
+            return job
+
+    def requeue_expired(self) -> list[Job]:
+        """Jobs whose worker vanished (lease ran out) go back to `queued`, keeping their checkpoints."""
+        now = time.time()
+        with self.write() as s:
+            rows = list(s.scalars(select(Job).where(Job.status == IN_PROGRESS, Job.lease_expires < now)
+                                  .with_for_update()))  # fmt: skip
+            for job in rows:
+                job.status, job.lease_owner, job.lease_expires = QUEUED, None, None
+                if job.cancel_requested:  # it was asked to stop anyway
+                    self._finish(s, job, CANCELLED)
+                    continue
+                self._event(s, job.id, "status", {"status": QUEUED, "reason": "worker lost", **self._counts(job)})
+        for job in rows:
+            if job.status == QUEUED:
+                self._log(job, "requeued: the worker's lease expired", QUEUED)
+        return rows
+
+    def expired(self, now: float | None = None) -> list[Job]:
+        """Finished jobs past `expires_at`, and deleted jobs that have stopped: their files can go."""
+        now = time.time() if now is None else now
+        with self.session() as s:
+            q = select(Job).where(Job.status.in_(TERMINAL),
+                                  (Job.expires_at < now) | Job.deleted.is_(True))  # fmt: skip
+            return list(s.scalars(q))
+
+    def purge(self, job_id: str) -> None:
+        with self.write() as s:
+            s.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
+            s.execute(delete(Job).where(Job.id == job_id))
+
+    def count_by_status(self) -> dict[str, int]:
+        with self.session() as s:
+            return dict(s.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+
+    # -- internals ---------------------------------------------------------------------------
+    def _owned(self, s: Session, job_id: str, worker: str) -> Job | None:
+        job = s.get(Job, job_id)
+        return job if job is not None and job.lease_owner == worker and job.status not in TERMINAL else None
+
+    def _finish(self, s: Session, job: Job, status: str) -> None:
+        job.status = status
+        job.completed_at = time.time()
+        job.expires_at = job.completed_at + self.output_ttl
+        job.lease_owner = job.lease_expires = None
+        data = {"status": status, **self._counts(job)}
+        if job.error_code:
+            data["error"] = {"code": job.error_code, "message": job.error_message, "param": job.error_param}
+        self._event(s, job.id, "status", data)
+        self._log(job, "finished" + (f": {job.error_code}: {job.error_message}" if job.error_code else ""), status)
+
+    @staticmethod
+    def _counts(job: Job) -> dict[str, int]:
+        return {"progress": job.progress, "steps_done": job.steps_done, "steps_total": job.steps_total,
+                "segments_done": job.segments_done, "segments_total": job.segments_total}  # fmt: skip
+
+    @staticmethod
+    def _event(s: Session, job_id: str, type_: str, data: dict[str, Any]) -> None:
+        s.add(JobEvent(job_id=job_id, type=type_, data=data, created_at=time.time()))
+
+    @staticmethod
+    def _log(job: Job, what: str, status: str) -> None:
+        log.info("job %s tenant %s: %s -> %s", job.id, job.tenant, what, status)
+
+
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+def _sqlite_connect(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None  # pysqlite must not emit its own BEGIN; `_sqlite_begin` does
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()

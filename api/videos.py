@@ -1,0 +1,303 @@
+"""`/v1/videos` routes: OpenAI's create, retrieve, list, delete, content and extensions, plus our
+cancel and Server-Sent Events. Every read and write is scoped to the caller's tenant: another
+tenant's job answers 404 exactly like a job that does not exist."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from api.auth import CurrentTenant
+from api.catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, invalid, parse_size
+from api.errors import APIError, not_found
+from api.schemas import CreateParams, ExtendParams, video_object
+from api.storage import OutputStorage
+from api.store import COMPLETED, TERMINAL, Job, JobStore, is_job_id, new_job_id
+
+router = APIRouter(prefix="/v1/videos", tags=["videos"])
+
+DEFAULT_SECONDS = 4.0  # OpenAI's default duration
+# Magic numbers of the image formats `input_reference` may be.
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"RIFF")
+
+
+class Service:
+    """What the routes need, built once by the app factory (`request.app.state.service`)."""
+
+    def __init__(self, settings, store: JobStore, storage: OutputStorage, catalog: ModelCatalog, queue) -> None:
+        self.settings, self.store, self.storage, self.catalog, self.queue = settings, store, storage, catalog, queue
+
+
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+Svc = Annotated[Service, Depends(get_service)]
+
+
+# -- request parsing ----------------------------------------------------------------------------
+async def read_params(request: Request, svc: Service) -> tuple[dict[str, Any], UploadFile | None]:
+    """JSON or multipart body -> (fields, upload). Oversized bodies answer 413."""
+    limit = svc.settings.max_upload_bytes
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit + 65536:
+        raise APIError(413, f"Request body is larger than {limit} bytes.", param="input_reference",
+                       code="payload_too_large")  # fmt: skip
+    ctype = request.headers.get("content-type", "")
+    if ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded"):
+        form = await request.form(max_files=1, max_fields=100)
+        fields: dict[str, Any] = {}
+        upload = None
+        for key, value in form.multi_items():
+            if isinstance(value, UploadFile):
+                if key != "input_reference":
+                    raise APIError(400, f"Unexpected file field '{key}'.", param=key, code="unknown_parameter")
+                upload = value
+            elif key.startswith("video[") and key.endswith("]"):  # the openai client's nested form encoding
+                fields.setdefault("video", {})[key[6:-1]] = value
+            else:
+                fields[key] = value
+        for key in ("shots", "drift_correction", "video"):  # JSON inside a form field
+            if isinstance(fields.get(key), str):
+                try:
+                    fields[key] = json.loads(fields[key])
+                except json.JSONDecodeError:
+                    raise APIError(400, f"'{key}' must be JSON.", param=key, code="invalid_value") from None
+        return fields, upload
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise APIError(400, "The body must be JSON or multipart/form-data.", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "The body must be a JSON object.", code="invalid_json")
+    return body, None
+
+
+def _validated(model, fields: dict[str, Any]):
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(x) for x in err["loc"]) or None
+        if err["type"] == "missing":
+            raise APIError(400, f"Missing required parameter: '{param}'.", param=param,
+                           code="missing_required_parameter") from None  # fmt: skip
+        if err["type"] == "extra_forbidden":
+            raise APIError(400, f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter") from None
+        raise APIError(400, f"Invalid '{param}': {err['msg']}.", param=param, code="invalid_value") from None
+
+
+async def check_upload(upload: UploadFile | None, svc: Service) -> None:
+    """`input_reference`: size and type are checked; then refused, honestly, because no model of
+    this server conditions on an image yet (the library has no image-to-video path)."""
+    if upload is None:
+        return
+    limit = svc.settings.max_upload_bytes
+    size = 0
+    head = b""
+    while chunk := await upload.read(1 << 20):
+        head = head or chunk[:16]
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"'input_reference' is larger than {limit} bytes.", param="input_reference",
+                           code="payload_too_large")  # fmt: skip
+    if not head.startswith(_IMAGE_MAGIC):
+        raise APIError(400, "'input_reference' must be a PNG, JPEG or WebP image.", param="input_reference",
+                       code="invalid_value")  # fmt: skip
+    raise APIError(400, "'input_reference' is not supported yet: no model on this server conditions on an image.",
+                   param="input_reference", code="unsupported_parameter")  # fmt: skip
+
+
+def spec_from_params(p: CreateParams) -> RenderSpec:
+    try:
+        if p.shots:
+            if p.seconds is not None and abs(p.seconds - sum(s.seconds for s in p.shots)) > 1e-6:
+                raise InvalidOption("seconds", p.seconds, "must be omitted or equal the shots' total when 'shots' is given")
+            shots = [Shot(s.prompt, s.seconds) for s in p.shots]
+        else:
+            if p.prompt is None:
+                raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt",
+                               code="missing_required_parameter")  # fmt: skip
+            shots = [Shot(p.prompt, DEFAULT_SECONDS if p.seconds is None else p.seconds)]
+        return RenderSpec(
+            shots=shots,
+            size=parse_size(p.size, "size") if p.size is not None else None,
+            fps=p.fps,
+            steps=p.steps,
+            guidance=p.guidance_scale,
+            seed=p.seed,
+            negative_prompt=p.negative_prompt,
+            attention=p.attention,
+            drift_correction=p.drift_correction or {},
+        )
+    except InvalidOption as exc:
+        raise invalid(exc) from None
+
+
+def _seconds_str(seconds: float) -> str:
+    return f"{seconds:g}"
+
+
+def _new_job(tenant: str, entry, checked, prompt: str, source: str | None = None) -> Job:
+    spec = checked.spec
+    spec.model = entry.ref
+    w, h = checked.size
+    return Job(id=new_job_id(), tenant=tenant, model=entry.name, prompt=prompt, seconds=_seconds_str(spec.seconds),
+               size=f"{w}x{h}", spec=spec.to_dict(), source_video_id=source, steps_total=checked.steps_total,
+               segments_total=checked.segments)  # fmt: skip
+
+
+def _create_and_submit(svc: Service, job: Job) -> None:
+    svc.store.create(job)
+    svc.queue.submit(job.id)
+
+
+async def _submit(svc: Service, job: Job) -> JSONResponse:
+    await run_in_threadpool(_create_and_submit, svc, job)  # one thread hop: SQL insert, then the queue
+    return JSONResponse(video_object(job))
+
+
+def _owned(svc: Service, tenant: str, video_id: str) -> Job:
+    job = svc.store.get(tenant, video_id) if is_job_id(video_id) else None
+    if job is None:
+        raise not_found(video_id)
+    return job
+
+
+# -- routes -------------------------------------------------------------------------------------
+@router.post("")
+async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
+    fields, upload = await read_params(request, svc)
+    await check_upload(upload, svc)
+    params = _validated(CreateParams, fields)
+    spec = spec_from_params(params)
+    entry = svc.catalog.resolve(params.model)
+    checked = svc.catalog.check(spec, entry)
+    prompt = params.prompt if params.prompt is not None else " | ".join(s.prompt for s in spec.shots)
+    return await _submit(svc, _new_job(tenant, entry, checked, prompt))
+
+
+@router.post("/extensions")
+async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
+    """A new job: the source's timeline plus one shot with the new prompt, same seed and settings.
+
+    The library's `render()` cannot yet start from given latents, so the source part is rendered
+    again (same seed: the same frames) and the new prompt starts as a new shot, a cut. See
+    docs/service.md, "Extensions".
+    """
+    fields, upload = await read_params(request, svc)
+    if upload is not None:
+        raise APIError(400, "Only videos of this server can be extended: pass video={'id': ...}.", param="video",
+                       code="unsupported_parameter")  # fmt: skip
+    params = _validated(ExtendParams, fields)
+    source_id = params.video.get("id", "")
+    source = await run_in_threadpool(_owned, svc, tenant, source_id)
+    if source.status != COMPLETED:
+        raise APIError(400, f"Video '{source_id}' is {source.status}; only a completed video can be extended.",
+                       param="video", code="invalid_value")  # fmt: skip
+    spec = RenderSpec.from_dict(source.spec)
+    spec.shots = [*spec.shots, Shot(params.prompt, params.seconds)]
+    entry = svc.catalog.resolve(source.model)
+    checked = svc.catalog.check(spec, entry)
+    return await _submit(svc, _new_job(tenant, entry, checked, params.prompt, source=source.id))
+
+
+@router.get("")
+def list_videos(
+    tenant: CurrentTenant,
+    svc: Svc,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+) -> dict[str, Any]:
+    page = svc.store.list(tenant, after=after, limit=limit, order=order)
+    if page is None:
+        raise APIError(400, f"'after' is not one of your videos: '{after}'.", param="after", code="invalid_value")
+    data = [video_object(j) for j in page.jobs]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": page.has_more}  # fmt: skip
+
+
+@router.get("/{video_id}")
+def retrieve_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
+    # The hot path of every polling client: a plain JSONResponse skips FastAPI's re-encoding.
+    return JSONResponse(video_object(_owned(svc, tenant, video_id)))
+
+
+@router.delete("/{video_id}")
+def delete_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, Any]:
+    job = svc.store.delete(tenant, video_id) if is_job_id(video_id) else None
+    if job is None:
+        raise not_found(video_id)
+    if job.status in TERMINAL:  # a running job's files go when its worker stops (the reaper purges it)
+        svc.storage.remove(job.id)
+        svc.store.purge(job.id)
+    return {"id": video_id, "object": "video.deleted", "deleted": True}
+
+
+@router.post("/{video_id}/cancel")
+def cancel_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, Any]:
+    """Queued: cancelled now. In progress: the worker stops at its next denoising step and sets
+    `cancelled` (poll, or watch the events). Finished: returned unchanged."""
+    job = svc.store.request_cancel(tenant, video_id) if is_job_id(video_id) else None
+    if job is None:
+        raise not_found(video_id)
+    return video_object(job)
+
+
+@router.get("/{video_id}/content")
+def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
+                     variant: Literal["video", "thumbnail", "spritesheet"] = "video") -> FileResponse:  # fmt: skip
+    job = _owned(svc, tenant, video_id)
+    if variant == "spritesheet":
+        raise APIError(400, "variant 'spritesheet' is not available on this server.", param="variant",
+                       code="invalid_value")  # fmt: skip
+    if job.status != COMPLETED:
+        raise APIError(404, f"Video '{video_id}' is {job.status}; content exists only for completed videos.",
+                       param="video_id", code="video_not_ready")  # fmt: skip
+    path, media = (svc.storage.video(job.id), "video/mp4") if variant == "video" else (svc.storage.thumbnail(job.id), "image/png")
+    if not path.is_file():
+        raise APIError(404, f"The {variant} of '{video_id}' is gone (expired or deleted).", param="variant",
+                       code="not_found")  # fmt: skip
+    return FileResponse(path, media_type=media, filename=f"{job.id}.{'mp4' if variant == 'video' else 'png'}")
+
+
+@router.get("/{video_id}/events")
+async def video_events(video_id: str, request: Request, tenant: CurrentTenant, svc: Svc) -> StreamingResponse:
+    """Server-Sent Events: `status` (every state change), `progress` (every denoising step),
+    `segment` (every finished segment). Ends after the terminal status. Resumes after
+    `Last-Event-ID`."""
+    job = await run_in_threadpool(_owned, svc, tenant, video_id)
+    last = request.headers.get("last-event-id", "0")
+    after = int(last) if last.isdigit() else 0
+
+    async def stream():
+        nonlocal after
+        idle = 0.0
+        while True:
+            events = await run_in_threadpool(svc.store.events_after, job.id, after)
+            for ev in events:
+                after = ev.id
+                yield f"id: {ev.id}\nevent: {ev.type}\ndata: {json.dumps({'id': job.id, **ev.data})}\n\n"
+                if ev.type == "status" and ev.data.get("status") in TERMINAL:
+                    return
+            if events:
+                idle = 0.0
+                continue
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(0.2)
+            idle += 0.2
+            if idle >= 15.0:  # keep proxies from closing a quiet stream
+                idle = 0.0
+                yield ": keep-alive\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip

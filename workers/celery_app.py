@@ -1,0 +1,83 @@
+"""The Celery app of a worker fleet (Redis broker), and its one task.
+
+    celery -A workers.celery_app worker --pool=solo --concurrency=1     # or: videogen worker --gpu N
+
+Settings follow Celery's advice for long GPU tasks (REFERENCES.md, "Celery with GPUs"):
+`task_acks_late` (a task is acknowledged only when done, so a dead worker's task is delivered
+again), prefetch 1 (a worker holds one job, not a backlog), the solo pool (CUDA does not survive
+fork; one process per GPU), and a Redis visibility timeout above the longest render (otherwise
+Redis delivers a running task again, and again). Redelivery is harmless anyway: the task only
+takes the job id, and `run_job` renders only after winning the store's lease. Cancellation is
+cooperative (a flag in the store, read every denoising step); revoke/terminate cannot stop a solo
+pool. Nothing here ever waits on another task's result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+
+from celery import Celery, Task
+from celery.signals import worker_ready
+from kombu import Queue
+
+from api.dispatch import RENDER_TASK
+from api.settings import ServiceSettings
+
+log = logging.getLogger("videogen.worker")
+
+settings = ServiceSettings()
+app = Celery("videogen", broker=settings.redis_url or "redis://127.0.0.1:6379/0")
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_concurrency=1,
+    worker_pool="solo",
+    task_ignore_result=True,
+    task_default_queue=settings.queue,
+    task_queues=(Queue(settings.queue),),
+    broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+class RenderTask(Task):
+    """Holds the worker's context (store, storage, model cache) once per process."""
+
+    _context = None
+
+    @property
+    def context(self):
+        if RenderTask._context is None:
+            from api.storage import OutputStorage
+            from api.store import JobStore
+            from workers.jobs import WorkerContext
+            from workers.models import ModelCache
+
+            store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
+            worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+            RenderTask._context = WorkerContext(settings, store, OutputStorage(settings.data_path), ModelCache(settings.torch_threads), worker_id)
+        return RenderTask._context
+
+
+@app.task(name=RENDER_TASK, base=RenderTask, bind=True, ignore_result=True)
+def render_job(self, job_id: str) -> str | None:
+    from workers.jobs import run_job
+
+    return run_job(job_id, self.context)
+
+
+@worker_ready.connect
+def _requeue_orphans(sender=None, **_kw) -> None:
+    """A worker that starts after a crash need not wait for the API's reaper: jobs whose lease
+    already ran out go back to the queue now."""
+    try:
+        for job in render_job.context.store.requeue_expired():
+            if job.status == "queued":
+                app.send_task(RENDER_TASK, args=[job.id], queue=settings.queue)
+    except Exception:  # the API's reaper does the same; never keep a worker from starting
+        log.exception("requeue of orphaned jobs failed")

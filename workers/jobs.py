@@ -1,0 +1,129 @@
+"""`run_job(job_id, ctx)`: claim a job in the store, render it with `videogen.render`, record what
+happens. The embedded runner and the Celery task both call exactly this.
+
+* **Claim and lease.** The store's atomic claim succeeds only if no live lease is held, so a
+  redelivered Celery message or a second worker never renders a job that is running. A
+  `LeaseKeeper` thread renews the lease every `lease_seconds / 4`, also while the model loads;
+  when the worker dies the lease runs out and the reaper requeues the job.
+* **Resume.** The render checkpoints every finished segment in the job's work directory
+  (`OutputStorage.workdir`); a job that is claimed again resumes after the last finished segment
+  and produces the same video an uninterrupted render would.
+* **Cancel.** `render(cancel=...)` is asked before every denoising step; it answers True when the
+  store's `cancel_requested` flag is set (or the lease was lost), so a cancel stops the GPU within
+  one step. The partial video and the checkpoints are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from api.settings import ServiceSettings
+from api.storage import OutputStorage
+from api.store import CANCELLED, COMPLETED, FAILED, JobStore
+from workers.models import ModelCache
+
+log = logging.getLogger("videogen.worker")
+
+
+@dataclass
+class WorkerContext:
+    """What a worker process (or the embedded thread) holds for its whole life."""
+
+    settings: ServiceSettings
+    store: JobStore
+    storage: OutputStorage
+    models: ModelCache
+    worker_id: str
+
+
+class LeaseKeeper:
+    """Renews a job's lease in the background; `lost` turns True if another worker took it."""
+
+    def __init__(self, store: JobStore, job_id: str, worker: str, lease_seconds: float) -> None:
+        self.store, self.job_id, self.worker, self.lease = store, job_id, worker, lease_seconds
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{job_id[-6:]}", daemon=True)
+
+    def __enter__(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease / 4):
+            try:
+                if not self.store.renew(self.job_id, self.worker, self.lease):
+                    self.lost = True
+                    return
+            except Exception:  # a failed renewal is retried; the lease has 3 more periods to live
+                log.exception("job %s: lease renewal failed", self.job_id)
+
+
+def run_job(job_id: str, ctx: WorkerContext) -> str | None:
+    """Render one job. Returns its final status, or None when it was not ours to run (finished,
+    cancelled, or leased by another worker) or another worker took it over."""
+    from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
+    from videogen.pipeline import StepProgress
+    from videogen.render import RenderFinished, RenderStarted, SegmentFinished, render
+    from videogen.spec import RenderSpec
+
+    store, storage, worker = ctx.store, ctx.storage, ctx.worker_id
+    job = store.claim(job_id, worker, ctx.settings.lease_seconds)
+    if job is None:
+        log.info("job %s: not claimed by %s (finished, cancelled or running elsewhere)", job_id, worker)
+        return None
+
+    with LeaseKeeper(store, job_id, worker, ctx.settings.lease_seconds) as lease:
+
+        def cancel() -> bool:
+            return lease.lost or store.cancel_requested(job_id)
+
+        error: tuple[str, str, str | None] | None = None
+        try:
+            spec = RenderSpec.from_dict(job.spec)
+            spec.device, spec.dtype = ctx.settings.device, ctx.settings.dtype  # the worker's, not the client's
+            model = ctx.models.get(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+            video = storage.video(job_id)
+            video.parent.mkdir(parents=True, exist_ok=True)
+            finished = None
+            for event in render(spec, video, model=model, workdir=storage.workdir(job_id), cancel=cancel,
+                                thumbnail=storage.thumbnail(job_id)):  # fmt: skip
+                if isinstance(event, StepProgress):
+                    store.record_step(job_id, worker, event.segment, event.step, event.steps)
+                elif isinstance(event, SegmentFinished):
+                    store.record_segment(job_id, worker, event.index, event.frames_written, event.resumed)
+                elif isinstance(event, RenderStarted):
+                    store.mark_started(job_id, worker, steps_total=event.total_steps, segments_total=len(event.plan),
+                                       resumed_segments=event.resumed_segments,
+                                       steps_per_segment=event.settings.steps)  # fmt: skip
+                elif isinstance(event, RenderFinished):
+                    finished = event
+            storage.remove_work(job_id)
+            store.finish(job_id, worker, COMPLETED, has_video=True,
+                         has_thumbnail=finished is not None and finished.thumbnail is not None)  # fmt: skip
+            return COMPLETED
+        except RenderCancelled:
+            if lease.lost:  # another worker owns the job now; its files are its business
+                log.warning("job %s: lease lost by %s; stopped", job_id, worker)
+                return None
+            storage.remove(job_id)
+            store.finish(job_id, worker, CANCELLED)
+            return CANCELLED
+        except InvalidOption as exc:
+            error = ("invalid_option", str(exc), {"guidance": "guidance_scale"}.get(exc.option, exc.option))
+        except ModelLoadError as exc:
+            error = ("model_load_error", str(exc), "model")
+        except NonFiniteLatents as exc:
+            error = ("non_finite_latents", str(exc), None)
+        except Exception as exc:  # the job fails with the reason; the worker lives on
+            log.exception("job %s: render failed", job_id)
+            error = ("internal_error", f"{type(exc).__name__}: {exc}", None)
+        storage.remove(job_id)
+        store.finish(job_id, worker, FAILED, error=error)
+        return FAILED
