@@ -14,15 +14,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from api import torchfree
+import videogen.plan as _plan  # torch-free: videogen's __init__ is lazy
+import videogen.presets as _presets
+import videogen.spec as _spec
 from api.errors import APIError
 from api.settings import ServiceSettings
+from videogen.errors import InvalidOption, ModelLoadError  # noqa: F401
 
-_spec = torchfree.load("spec")
-_presets = torchfree.load("presets")
-_plan = torchfree.load("plan")
-InvalidOption = torchfree.load("errors").InvalidOption
-ModelLoadError = torchfree.load("errors").ModelLoadError
 RenderSpec, Shot = _spec.RenderSpec, _spec.Shot
 parse_size = _presets.parse_size
 
@@ -72,7 +70,7 @@ class ModelCatalog:
         return ModelEntry(name, name, preset)
 
     def check(self, spec, entry: ModelEntry) -> CheckedSpec:
-        """Validate `spec` for `entry` the way `videogen.render.prepare` will, minus the model load."""
+        """Validate `spec` for `entry` the way `videogen.rendering.prepare` will, minus the model load."""
         try:
             spec.validate()
             if spec.seconds > self.settings.max_seconds:

@@ -1,4 +1,4 @@
-"""Workers of the job service: thin wrappers over `videogen.render`.
+"""Workers of the job service: thin wrappers over `videogen.render()`.
 
 `workers.jobs.run_job` is the one job-execution function. The embedded runner
 (`workers.embedded.EmbeddedWorker`, a thread beside the API) and the Celery task

@@ -1,4 +1,4 @@
-"""`run_job(job_id, ctx)`: claim a job in the store, render it with `videogen.render`, record what
+"""`run_job(job_id, ctx)`: claim a job in the store, render it with `videogen.render()`, record what
 happens. The embedded runner and the Celery task both call exactly this.
 
 * **Claim and lease.** The store's atomic claim succeeds only if no live lease is held, so a
@@ -70,7 +70,7 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
     cancelled, or leased by another worker) or another worker took it over."""
     from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
     from videogen.pipeline import StepProgress
-    from videogen.render import RenderFinished, RenderStarted, SegmentFinished, render
+    from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, render
     from videogen.spec import RenderSpec
 
     store, storage, worker = ctx.store, ctx.storage, ctx.worker_id
