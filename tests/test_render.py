@@ -150,3 +150,46 @@ def test_bad_drift_settings_are_named():
         RenderSpec.single("x", 1, drift_correction={"strength": 1.5}).validate()
     with pytest.raises(InvalidOption, match="drift_correction.mode"):
         RenderSpec.single("x", 1, drift_correction={"mode": "magic"}).validate()
+
+
+def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_model, tmp_path):
+    """A 29-frame render extended by 24 frames equals one 53-frame render (segment boundaries
+    aligned): the extension is conditioned on the source's last latent frames, continues its noise
+    stream and its stitcher state (seam blend, colour anchor)."""
+    from videogen.io import concat_videos
+
+    common = dict(steps=2, segment_seconds=1.0, overlap_frames=5, seed=11)
+    prompt = "a yellow square moving down on a gray background"
+    _run(RenderSpec.single(prompt, 53 / 16, **common), tmp_path / "whole.mp4", model=builtin_model)
+    _run(RenderSpec.single(prompt, 29 / 16, **common), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "src.tail")
+    events = _run(RenderSpec.single(prompt, 24 / 16, **common), tmp_path / "ext.mp4", model=builtin_model,
+                  continue_from=tmp_path / "src.tail")  # fmt: skip
+    assert events[0].plan.segments[0].prefix_latent_frames == 2  # conditioned on the source's tail
+    assert probe(tmp_path / "ext.mp4").num_frames == 24
+    report = json.loads((tmp_path / "ext.mp4.drift.json").read_text())
+    assert len(report["segments"]) == 4  # the report covers the joined video: 2 source + 2 new segments
+    concat_videos([tmp_path / "src.mp4", tmp_path / "ext.mp4"], tmp_path / "joined.mp4")
+    joined = VideoReader(tmp_path / "joined.mp4").read_all()
+    whole = VideoReader(tmp_path / "whole.mp4").read_all()
+    assert joined.shape == whole.shape == (53, 64, 64, 3)
+    diff = np.abs(joined.astype(int) - whole).reshape(53, -1).mean(1)
+    # The same frames, except at the one seam: the whole render crossfades it, while the source
+    # video already ended on its own last frames, so the extension skips its blend window.
+    seam = np.zeros(53, bool)
+    seam[29 - 5 : 29 + 1] = True
+    assert diff[~seam].max() < 0.5, diff
+    assert diff[seam].max() < 5.0, diff
+
+    tail = torch.load(tmp_path / "src.tail", weights_only=False)
+    tail["handoff"] = tail["handoff"] + 0.5  # another source ending gives another continuation
+    torch.save(tail, tmp_path / "other.tail")
+    _run(RenderSpec.single(prompt, 24 / 16, **common), tmp_path / "ext2.mp4", model=builtin_model,
+         continue_from=tmp_path / "other.tail")  # fmt: skip
+    assert np.abs(VideoReader(tmp_path / "ext2.mp4").read_all().astype(int) - joined[29:]).mean() > 1.0
+
+
+def test_a_continuation_must_match_the_source_settings(builtin_model, tmp_path):
+    _run(RenderSpec.single("a red circle", 1.0, steps=2), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "t")
+    with pytest.raises(InvalidOption, match="continue_from.*fps"):
+        list(render(RenderSpec.single("a red circle", 1.0, steps=2, fps=8), tmp_path / "e.mp4", model=builtin_model,
+                    continue_from=tmp_path / "t"))  # fmt: skip

@@ -237,3 +237,31 @@ class VideoReader:
         if not chunks:
             return np.zeros((0, self.info.height, self.info.width, 3), np.uint8)
         return np.concatenate(chunks)
+
+
+def concat_videos(parts: list[str | os.PathLike], output: str | os.PathLike) -> Path:
+    """Join MP4s encoded with the same parameters (size, fps, codec) without re-encoding: ffmpeg's
+    concat demuxer with stream copy. Written atomically, like `VideoWriter`."""
+    out = Path(output)
+    infos = [probe(p) for p in parts]
+    first = infos[0]
+    for p, info in zip(parts, infos):
+        if (info.width, info.height, info.fps, info.codec) != (first.width, first.height, first.fps, first.codec):
+            raise VideoIOError(f"cannot join {str(p)!r}: {info.width}x{info.height} {info.fps:g} fps {info.codec} "
+                               f"differs from {first.width}x{first.height} {first.fps:g} fps {first.codec}")  # fmt: skip
+    listing = out.with_name(f".{out.name}.concat{os.getpid()}.txt")
+    tmp = out.with_name(f".{out.name}.part{os.getpid()}.mp4")
+    listing.write_text("".join(f"file '{Path(p).resolve().as_posix()}'\n" for p in parts))
+    try:
+        run = subprocess.run(
+            [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y", "-f", "concat", "-safe", "0",
+             "-i", str(listing), "-c", "copy", "-movflags", "+faststart", str(tmp)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if run.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise VideoIOError(f"ffmpeg could not join {len(parts)} videos: {run.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        listing.unlink(missing_ok=True)
+    return out

@@ -70,12 +70,16 @@ def plan_render(
     segment_frames: int,
     overlap_frames: int,
     temporal_factor: int = 4,
+    continue_first: bool = False,
 ) -> RenderPlan:
     """Plan `shots` [(prompt, frames)] into segments of about `segment_frames` frames (the nearest
     tf*k+1).
 
     `overlap_frames` must be tf*m + 1 (m >= 0) so that it is a whole number of latent frames,
     and a segment must hold the overlap plus at least one new latent frame.
+
+    `continue_first`: the first shot continues an earlier video (an extension): its first segment
+    is already a continuation (clean prefix, overlap), and its frames count after the overlap.
     """
     tf = temporal_factor
     if overlap_frames < 1 or (overlap_frames - 1) % tf:
@@ -93,12 +97,14 @@ def plan_render(
 
     segments: list[SegmentPlan] = []
     for shot_index, (prompt, total) in enumerate(shots):
-        # Fresh segment: just enough latent frames for the shot, at most a full segment.
-        latents = min(seg_latents, math.ceil((total - 1) / tf) + 1)
-        frames = tf * (latents - 1) + 1
-        keep = min(frames, total)
-        segments.append(SegmentPlan(len(segments), shot_index, prompt, 0, latents, frames, 0, keep))
-        produced = keep
+        produced = 0
+        if not (continue_first and shot_index == 0):
+            # Fresh segment: just enough latent frames for the shot, at most a full segment.
+            latents = min(seg_latents, math.ceil((total - 1) / tf) + 1)
+            frames = tf * (latents - 1) + 1
+            keep = min(frames, total)
+            segments.append(SegmentPlan(len(segments), shot_index, prompt, 0, latents, frames, 0, keep))
+            produced = keep
         while produced < total:
             remaining = total - produced
             new_latents = min(seg_latents - prefix, math.ceil(remaining / tf))

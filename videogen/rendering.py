@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +101,7 @@ def resolve_settings(spec: RenderSpec, model) -> ResolvedSettings:
     )
 
 
-def plan_for(spec: RenderSpec, settings: ResolvedSettings, temporal_factor: int) -> RenderPlan:
+def plan_for(spec: RenderSpec, settings: ResolvedSettings, temporal_factor: int, continue_first: bool = False) -> RenderPlan:
     shots = []
     for i, shot in enumerate(spec.shots):
         option = "seconds" if len(spec.shots) == 1 else f"shots[{i}].seconds"
@@ -113,14 +113,32 @@ def plan_for(spec: RenderSpec, settings: ResolvedSettings, temporal_factor: int)
         segment_frames=segment_frames,
         overlap_frames=settings.overlap_frames,
         temporal_factor=temporal_factor,
+        continue_first=continue_first,
     )
 
 
-def prepare(spec: RenderSpec, model) -> tuple[ResolvedSettings, RenderPlan]:
+def prepare(spec: RenderSpec, model, continue_first: bool = False) -> tuple[ResolvedSettings, RenderPlan]:
     """Validate `spec` against `model` without rendering: settings and plan, or InvalidOption."""
     spec.validate()
     settings = resolve_settings(spec, model)
-    return settings, plan_for(spec, settings, model.codec.temporal_factor)
+    return settings, plan_for(spec, settings, model.codec.temporal_factor, continue_first)
+
+
+def load_tail(path: str | os.PathLike, model, settings: ResolvedSettings) -> dict:
+    """A finished render's tail (see `render(tail=...)`), checked to fit this render."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidOption("continue_from", str(path), "no such render tail file")
+    tail = torch.load(p, weights_only=False)
+    src = tail["settings"]
+    mine = asdict(settings)
+    for key in ("width", "height", "fps", "overlap_frames"):
+        if src[key] != mine[key]:
+            raise InvalidOption("continue_from", str(path),
+                                f"the source video has {key}={src[key]}, this render {mine[key]}; they must match")  # fmt: skip
+    if tail["model"] != model.preset.name:
+        raise InvalidOption("continue_from", str(path), f"the source was rendered by {tail['model']!r}, not {model.preset.name!r}")
+    return tail
 
 
 def render(
@@ -131,7 +149,18 @@ def render(
     workdir: str | os.PathLike | None = None,
     cancel: Callable[[], bool] | None = None,
     thumbnail: str | os.PathLike | None | bool = True,
+    continue_from: str | os.PathLike | None = None,
+    tail: str | os.PathLike | None = None,
 ) -> Iterator[Event]:
+    """Render `spec` to `output` (see the module docstring).
+
+    `tail`: where to save this render's tail (last segment's latents, stitcher state, settings),
+    so that a later render can continue it. `continue_from`: such a tail file; this render then
+    continues that video (an extension): its first segment is conditioned on the source's last
+    latent frames, colour stays anchored to the source's first segment, and `output` holds only
+    the new frames, which follow the source's last frame (`videogen.io.concat_videos` joins them
+    without re-encoding).
+    """
     from videogen.models.codec import video_to_uint8
     from videogen.models.loader import load_model
     from videogen.stitch import Stitcher
@@ -140,10 +169,12 @@ def render(
     output = check_output_path(output)
     if model is None:
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
-    settings, plan = prepare(spec, model)
+    settings = resolve_settings(spec.validate(), model)
+    source = load_tail(continue_from, model, settings) if continue_from is not None else None
+    settings, plan = prepare(spec, model, continue_first=source is not None)
     thumb = output.with_suffix(".png") if thumbnail is True else (Path(thumbnail) if thumbnail else None)
 
-    checkpoints = _Checkpoints(Path(workdir), spec, model) if workdir is not None else None
+    checkpoints = _Checkpoints(Path(workdir), spec, model, continue_from) if workdir is not None else None
     done = checkpoints.finished_segments(len(plan)) if checkpoints else 0
     total_steps = settings.steps * len(plan)
     yield RenderStarted(plan, settings, total_steps, done)
@@ -156,6 +187,14 @@ def render(
     stitcher = Stitcher(settings.overlap_frames, spec.drift_config(), fps=settings.fps)
     writer = VideoWriter(output, settings.width, settings.height, settings.fps, thumbnail=thumb)
     handoff: torch.Tensor | None = None
+    skip = 0  # leading output frames the source video already shows (an extension's overlap)
+    offset = 0  # an extension's segments continue the source's numbering (and so its noise stream)
+    if source is not None:
+        offset = int(source["segments"])
+        handoff = source["handoff"]
+        stitcher.load_state_dict(source["stitcher"])
+        skip = settings.overlap_frames if done == 0 else 0  # a resumed extension already skipped them
+    tail_state: dict | None = None
     frames_written = 0
     latent_hw = (settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor)
     try:
@@ -172,7 +211,7 @@ def render(
 
             yield SegmentStarted(seg.index, seg.shot, seg.frames)
             written: list[np.ndarray] = []
-            if seg.first_in_shot:
+            if seg.first_in_shot and (seg.index > 0 or source is None):
                 written.append(stitcher.new_shot())  # previous shot's held-back tail
                 handoff = None
             prefix = None if seg.first_in_shot else handoff[:, :, -seg.prefix_latent_frames :]
@@ -187,15 +226,21 @@ def render(
                 guidance=settings.guidance,
                 flow_shift=settings.flow_shift,
                 seed=spec.seed,
-                segment=seg.index,
+                segment=offset + seg.index,
                 cancel=cancel,
             )
             latents = stitcher.on_latents(latents)
             frames = video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
             written.append(stitcher.push(frames))
             if seg.index == len(plan) - 1:
+                if tail is not None:
+                    tail_state = {"handoff": latents.detach().to("cpu"), "stitcher": stitcher.state_dict(),
+                                  "settings": asdict(settings), "model": model.preset.name,
+                                  "segments": offset + len(plan)}  # fmt: skip
                 written.append(stitcher.flush())
             written_frames = _concat(written, settings)
+            if skip:
+                written_frames, skip = written_frames[skip:], max(0, skip - len(written_frames))
             writer.write(written_frames)
             frames_written += len(written_frames)
             handoff = latents.detach().to("cpu")
@@ -211,6 +256,10 @@ def render(
     if frames_written != plan.total_frames:  # the plan's arithmetic is the contract; never ship a wrong length
         raise RuntimeError(f"internal error: wrote {frames_written} frames, planned {plan.total_frames}")
     report_path = _write_report(stitcher, output)
+    if tail is not None and tail_state is not None:
+        tmp = Path(tail).with_suffix(".tmp")
+        torch.save(tail_state, tmp)
+        os.replace(tmp, tail)
     if checkpoints:
         checkpoints.clear()
     yield RenderFinished(output, thumb, frames_written, settings.fps, report_path)
@@ -232,11 +281,11 @@ def _write_report(stitcher, output: Path) -> Path:
 class _Checkpoints:
     """Per-segment checkpoints in `workdir`, keyed by a hash of the spec and model identity."""
 
-    def __init__(self, root: Path, spec: RenderSpec, model) -> None:
+    def __init__(self, root: Path, spec: RenderSpec, model, continue_from=None) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        ident = json.dumps({"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention},
-                           sort_keys=True)  # fmt: skip
+        ident = json.dumps({"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention,
+                            "continue_from": str(continue_from)}, sort_keys=True)  # fmt: skip
         self.key = hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def _file(self, index: int) -> Path:
