@@ -1,7 +1,8 @@
 """Where a job's files live under the data directory. Paths come from job ids only, never from
 user input: every public method checks the id is one of ours (`video_` + 32 hex digits).
 
-    <data_dir>/outputs/<job_id>/video.mp4, thumbnail.png
+    <data_dir>/outputs/<job_id>/video.mp4, thumbnail.png, video.mp4.drift.json|.png (drift report),
+                                tail.pt (last latents + stitcher state: what an extension continues)
     <data_dir>/work/<job_id>/            the render's per-segment checkpoints (crash resume)
 """
 
@@ -32,6 +33,19 @@ class OutputStorage:
 
     def thumbnail(self, job_id: str) -> Path:
         return self.output_dir(job_id) / "thumbnail.png"
+
+    def drift_report(self, job_id: str) -> Path:
+        return self.output_dir(job_id) / "video.mp4.drift.json"
+
+    def drift_plot(self, job_id: str) -> Path:
+        return self.output_dir(job_id) / "video.mp4.drift.png"
+
+    def tail(self, job_id: str) -> Path:
+        return self.output_dir(job_id) / "tail.pt"
+
+    def extension_part(self, job_id: str) -> Path:
+        """An extension job renders only its new frames here, then joins them to the source's video."""
+        return self.output_dir(job_id) / "extension.mp4"
 
     def workdir(self, job_id: str) -> Path:
         return self.root / "work" / self._checked(job_id)

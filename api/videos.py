@@ -186,12 +186,10 @@ async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
 
 @router.post("/extensions")
 async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
-    """A new job: the source's timeline plus one shot with the new prompt, same seed and settings.
-
-    The library's `render()` cannot yet start from given latents, so the source part is rendered
-    again (same seed: the same frames) and the new prompt starts as a new shot, a cut. See
-    docs/service.md, "Extensions".
-    """
+    """A new job that continues a completed video with a new prompt: its first segment is
+    conditioned on the source's last latent frames (the source's `tail.pt`), colour stays anchored
+    to the source, and the result is the source video followed by the new frames, joined without
+    re-encoding. Same model, size, fps and settings as the source. See docs/service.md."""
     fields, upload = await read_params(request, svc)
     if upload is not None:
         raise APIError(400, "Only videos of this server can be extended: pass video={'id': ...}.", param="video",
@@ -203,10 +201,12 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
         raise APIError(400, f"Video '{source_id}' is {source.status}; only a completed video can be extended.",
                        param="video", code="invalid_value")  # fmt: skip
     spec = RenderSpec.from_dict(source.spec)
-    spec.shots = [*spec.shots, Shot(params.prompt, params.seconds)]
+    spec.shots = [Shot(params.prompt, params.seconds)]
     entry = svc.catalog.resolve(source.model)
     checked = svc.catalog.check(spec, entry)
-    return await _submit(svc, _new_job(tenant, entry, checked, params.prompt, source=source.id))
+    job = _new_job(tenant, entry, checked, params.prompt, source=source.id)
+    job.seconds = _seconds_str(float(source.seconds) + spec.seconds)  # the whole extended video
+    return await _submit(svc, job)
 
 
 @router.get("")
@@ -254,7 +254,8 @@ def cancel_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, An
 
 @router.get("/{video_id}/content")
 def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
-                     variant: Literal["video", "thumbnail", "spritesheet"] = "video") -> FileResponse:  # fmt: skip
+                     variant: Literal["video", "thumbnail", "spritesheet", "drift_report", "drift_plot"] = "video",
+                     ) -> FileResponse:  # fmt: skip
     job = _owned(svc, tenant, video_id)
     if variant == "spritesheet":
         raise APIError(400, "variant 'spritesheet' is not available on this server.", param="variant",
@@ -262,11 +263,16 @@ def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
     if job.status != COMPLETED:
         raise APIError(404, f"Video '{video_id}' is {job.status}; content exists only for completed videos.",
                        param="video_id", code="video_not_ready")  # fmt: skip
-    path, media = (svc.storage.video(job.id), "video/mp4") if variant == "video" else (svc.storage.thumbnail(job.id), "image/png")
+    path, media, ext = {
+        "video": (svc.storage.video(job.id), "video/mp4", "mp4"),
+        "thumbnail": (svc.storage.thumbnail(job.id), "image/png", "png"),
+        "drift_report": (svc.storage.drift_report(job.id), "application/json", "drift.json"),  # ours
+        "drift_plot": (svc.storage.drift_plot(job.id), "image/png", "drift.png"),  # ours
+    }[variant]
     if not path.is_file():
         raise APIError(404, f"The {variant} of '{video_id}' is gone (expired or deleted).", param="variant",
                        code="not_found")  # fmt: skip
-    return FileResponse(path, media_type=media, filename=f"{job.id}.{'mp4' if variant == 'video' else 'png'}")
+    return FileResponse(path, media_type=media, filename=f"{job.id}.{ext}")
 
 
 @router.get("/{video_id}/events")

@@ -16,6 +16,8 @@ happens. The embedded runner and the Celery task both call exactly this.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 from dataclasses import dataclass
 
@@ -91,9 +93,15 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
             model = ctx.models.get(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
             video = storage.video(job_id)
             video.parent.mkdir(parents=True, exist_ok=True)
+            source = job.source_video_id  # an extension continues this job's video
+            continue_from = storage.tail(source) if source else None
+            if continue_from is not None and not continue_from.is_file():
+                raise InvalidOption("video", source, "the source video's files are gone (expired or deleted)")
+            target = storage.extension_part(job_id) if source else video
             finished = None
-            for event in render(spec, video, model=model, workdir=storage.workdir(job_id), cancel=cancel,
-                                thumbnail=storage.thumbnail(job_id)):  # fmt: skip
+            for event in render(spec, target, model=model, workdir=storage.workdir(job_id), cancel=cancel,
+                                thumbnail=storage.thumbnail(job_id), continue_from=continue_from,
+                                tail=storage.tail(job_id)):  # fmt: skip
                 if isinstance(event, StepProgress):
                     store.record_step(job_id, worker, event.segment, event.step, event.steps)
                 elif isinstance(event, SegmentFinished):
@@ -104,6 +112,15 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
                                        steps_per_segment=event.settings.steps)  # fmt: skip
                 elif isinstance(event, RenderFinished):
                     finished = event
+            if source:  # the source's frames, then the new ones; the report already covers both
+                from videogen.io import concat_videos
+
+                concat_videos([storage.video(source), target], video)
+                os.replace(f"{target}.drift.json", storage.drift_report(job_id))
+                os.replace(f"{target}.drift.png", storage.drift_plot(job_id))
+                target.unlink()
+                if storage.thumbnail(source).is_file():
+                    shutil.copyfile(storage.thumbnail(source), storage.thumbnail(job_id))
             storage.remove_work(job_id)
             store.finish(job_id, worker, COMPLETED, has_video=True,
                          has_thumbnail=finished is not None and finished.thumbnail is not None)  # fmt: skip

@@ -163,7 +163,7 @@ def test_unknown_ids_are_404_and_missing_or_wrong_keys_401(server, alpha):
     assert r.status_code == 400 and r.json()["error"]["param"] == "limit"
 
 
-def test_an_extension_is_a_new_job_with_the_source_timeline_plus_the_new_prompt(alpha, tmp_path):
+def test_an_extension_continues_the_source_video_and_serves_source_plus_new_frames(alpha, tmp_path):
     source = create(alpha, **FAST)
     wait_done(alpha, source["id"])
     r = alpha.post("/v1/videos/extensions", json={"prompt": "a green circle", "seconds": "1", "video": {"id": source["id"]}})
@@ -174,7 +174,13 @@ def test_an_extension_is_a_new_job_with_the_source_timeline_plus_the_new_prompt(
         (tmp_path / name).write_bytes(alpha.get(f"/v1/videos/{vid}/content").content)
     src, out = decode(tmp_path / "s.mp4"), decode(tmp_path / "e.mp4")
     assert out.shape[0] == 24
-    assert abs(out[:16].astype(int) - src.astype(int)).mean() < 3  # same seed: the source part again (re-encoded)
+    assert (out[:16] == src).all()  # the source's frames, joined without re-encoding
+    report = alpha.get(f"/v1/videos/{ext['id']}/content", params={"variant": "drift_report"}).json()
+    assert report["num_frames"] == 24  # the drift report covers the whole extended video
+    plot = alpha.get(f"/v1/videos/{ext['id']}/content", params={"variant": "drift_plot"})
+    assert plot.status_code == 200 and plot.content[:4] == b"\x89PNG"
+    again = alpha.post("/v1/videos/extensions", json={"prompt": "a red circle", "seconds": "1", "video": {"id": ext["id"]}})
+    assert wait_done(alpha, again.json()["id"])["seconds"] == "4"  # extensions chain
 
 
 def test_health_and_readiness(server):
