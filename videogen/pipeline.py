@@ -30,6 +30,20 @@ class StepProgress:
     steps: int
 
 
+SIGMA_FLOOR = 0.05  # x-prediction: velocity = (x - x0) / sigma, with sigma floored (JiT clips t at 0.95)
+
+
+def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor | float,
+                         floor: float = SIGMA_FLOOR) -> torch.Tensor:  # fmt: skip
+    """The flow velocity (noise - x0) implied by a clean-sample prediction `x0` at noise level
+    `sigma` (broadcastable to x): x = (1 - sigma) x0 + sigma noise  =>  v = (x - x0) / sigma.
+    Training floors sigma (the loss would explode at sigma -> 0); sampling uses the exact sigma so
+    that an Euler step lands on the predicted sample."""
+    if isinstance(sigma, torch.Tensor):
+        return (x - x0) / sigma.clamp_min(floor)
+    return (x - x0) / max(sigma, floor)
+
+
 def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tensor:
     """Noise for one segment, drawn on the CPU in fp32 so that it is the same on every device and
     depends only on (seed, segment): a resumed render redraws exactly what it would have."""
@@ -100,6 +114,8 @@ def denoise_segment(
         if use_cfg:
             pred_cond, pred_uncond = pred.chunk(2)
             pred = pred_uncond + guidance * (pred_cond - pred_uncond)
+        if model.prediction == "sample":  # x-prediction (the built-in model): derive the velocity
+            pred = velocity_from_sample(latents, pred, float(t) / scheduler.config.num_train_timesteps, floor=1e-4)
         latents = scheduler.step(pred, t, latents, return_dict=False)[0]
         if prefix is not None:
             latents[:, :, :n_prefix] = prefix

@@ -2,6 +2,7 @@
 
 VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the repository's `configs/`)
 VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
+VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
 """
 
 from __future__ import annotations
@@ -18,3 +19,7 @@ def config_dir() -> Path:
 
 def models_dir() -> Path:
     return Path(os.environ.get("VIDEOGEN_MODELS_DIR", "~/.cache/videogen/models")).expanduser()
+
+
+def builtin_weights(default: Path) -> Path:
+    return Path(os.environ.get("VIDEOGEN_BUILTIN_WEIGHTS", default)).expanduser()

@@ -1,8 +1,14 @@
 """Training the built-in model on procedural scenes (`videogen train builtin`).
 
-Flow matching as in Wan: x_sigma = (1 - sigma) * x0 + sigma * noise, the transformer predicts the
-velocity (noise - x0), sigma drawn uniformly then shifted (shift 3, as the sampler uses) so the
-high-noise steps that fix the layout get enough training. Noise levels are per latent frame:
+Flow matching as in Wan: x_sigma = (1 - sigma) * x0 + sigma * noise, the loss is on the velocity
+(noise - x0), sigma drawn uniformly then shifted (shift 3, as the sampler uses) so the high-noise
+steps that fix the layout get enough training. Unlike Wan (which predicts the velocity in a VAE's
+16-channel latent space), the built-in model works on raw pixels: one token is 4x8x8x3 = 768
+pixel values through a 128-wide transformer, which cannot reproduce 768-dimensional white noise
+(measured: a velocity-predicting model stalled at the predict-nothing loss). So it predicts the
+clean sample and the velocity is derived from it (x-prediction with a v-loss, as in "Back to
+Basics: Let Denoising Generative Models Denoise", Li & He 2025): clean pixels lie on a
+low-dimensional manifold a narrow model can represent. Noise levels are per latent frame:
 
     50%  continuation: the first P in 1..4 latent frames clean (timestep 0), the rest at one sigma
     25%  diffusion forcing: an independent sigma for every latent frame
@@ -89,6 +95,10 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
 
 
 def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions) -> torch.Tensor:
+    """v-loss with x-prediction: the transformer predicts the clean latents, the loss compares the
+    velocity they imply with the true one (see `videogen.pipeline.velocity_from_sample`)."""
+    from videogen.pipeline import velocity_from_sample
+
     b, c, f, h, w = latents.shape
     s = sigmas.view(b, 1, f, 1, 1)
     noisy = (1 - s) * latents + s * noise
@@ -96,7 +106,8 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions) -
     tokens_per_frame = (h // 2) * (w // 2)
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
     text = encoder.encode_train(captions)
-    pred = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+    x0 = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+    pred = velocity_from_sample(noisy, x0, s)
     weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
     return (((pred - target) ** 2) * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
 

@@ -64,7 +64,7 @@ def build_builtin(init_seed: int = 0):
     if is_trained():
         from safetensors.torch import load_file
 
-        state = load_file(str(WEIGHTS_FILE))
+        state = load_file(str(weights_file()))
         transformer.load_state_dict({k[len("transformer.") :]: v for k, v in state.items() if k.startswith("transformer.")})
         encoder.load_state_dict({k[len("text.") :]: v for k, v in state.items() if k.startswith("text.")})
     else:
@@ -92,5 +92,11 @@ def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
     return transformer
 
 
+def weights_file() -> Path:
+    from videogen import settings
+
+    return settings.builtin_weights(WEIGHTS_FILE)
+
+
 def is_trained() -> bool:
-    return WEIGHTS_FILE.is_file()
+    return weights_file().is_file()

@@ -36,6 +36,7 @@ class VideoModel:
     transformer_2: Any = None  # Wan 2.2 A14B low-noise expert
     boundary_ratio: float | None = None
     expand_timesteps: bool = False  # Wan 2.2 TI2V: per-token timesteps always
+    prediction: str = "flow"  # "flow": the transformer predicts the velocity (Wan); "sample": clean latents (builtin)
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,6 +143,7 @@ def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> V
         scheduler_config={"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": preset.flow_shift},
         device=device,
         dtype=dtype,
+        prediction="sample",
     )
 
 
