@@ -45,7 +45,8 @@ def sparse_video_attention(
         q, k, v: ``(B, heads, N, d)`` with ``N == F*H*W``, tokens in raster order
             ``n = (f*H + h)*W + w``; same shape, dtype and device.
         grid: ``(F, H, W)`` token grid.
-        tile: ``(tf, th, tw)`` tile box; edge tiles may be smaller.
+        tile: ``(tf, th, tw)`` tile box; edge tiles may be smaller (also along a
+            dimension shorter than the tile), but the box must not exceed the whole grid.
         density: fraction of key tiles each query tile attends to, in ``(0, 1]``;
             exactly ``ceil(density * n_tiles)`` tiles. ``1.0`` is dense attention.
         backend: ``"auto"``, ``"triton"``, ``"cpu"`` or ``"reference"``.
@@ -215,9 +216,13 @@ def _check_grid(grid: Sequence[int], n_tokens: int) -> tuple[int, int, int]:
 
 def _check_tile(tile: Sequence[int], grid: tuple[int, int, int]) -> tuple[int, int, int]:
     tile3 = _as_positive_triple("tile", tile)
-    for axis, (t, g) in enumerate(zip(tile3, grid)):
-        if t > g:
-            raise ValueError(f"`tile` {tile3} is larger than `grid` {grid} along dimension {axis} ({t} > {g})")
+    # A tile may be longer than the grid along some dimensions (grid 3x5x9 with 4x4x4
+    # tiles: the only tile along f is a ragged 3-frame one), but a tile box that holds
+    # the whole grid and more leaves a single partial tile: nothing to be sparse over.
+    if all(t >= g for t, g in zip(tile3, grid)) and tile3 != grid:
+        raise ValueError(
+            f"`tile` {tile3} is larger than `grid` {grid}: the whole grid would be one partial tile"
+        )
     return tile3
 
 

@@ -71,14 +71,17 @@ def gathered_block_sparse_attention(
     q_tile = torch.arange(T, device=dev).repeat(BH)  # (items,)
     ranks = torch.arange(V, device=dev)
 
-    # Reused buffers, sized for the largest chunk (see module docstring).
-    max_len = int(key_len.max())
-    buf_elems = max(chunk_elements, max_len * d)
-    k_buf = torch.empty(buf_elems, device=dev)
-    v_buf = torch.empty(buf_elems, device=dev)
-    s_buf = torch.empty(buf_elems // d * V, device=dev)
+    # Reused buffers, sized for the largest chunk (see module docstring). A chunk of C
+    # items with key lists of length <= L has C*L*d <= max(chunk_elements, max_len*d).
+    n_items = BH * T
+    max_len, min_len = int(key_len.max()), int(key_len.min())
+    max_chunk_items = min(n_items, max(1, chunk_elements // (min_len * d)))
+    kv_elems = min(max(chunk_elements, max_len * d), n_items * max_len * d)
+    k_buf = torch.empty(kv_elems, device=dev)
+    v_buf = torch.empty(kv_elems, device=dev)
+    s_buf = torch.empty(kv_elems // d * V, device=dev)  # scores: C*c*L <= (C*L)*V
     p_buf = torch.empty_like(s_buf)
-    q_buf = torch.empty(buf_elems // max(1, min(max_len, buf_elems // d)) * V * d + V * d, device=dev)
+    q_buf = torch.empty(max_chunk_items * V * d, device=dev)
     o_buf = torch.empty_like(q_buf)
 
     for c in torch.unique(q_count).tolist():

@@ -4,7 +4,7 @@ A video latent of ``grid = (F, H, W)`` tokens in raster order (``n = (f*H + h)*W
 is cut into boxes of ``tile = (tf, th, tw)`` tokens, numbered in raster order over the
 tile grid ``(ceil(F/tf), ceil(H/th), ceil(W/tw))``. Where a dimension is not divisible,
 the last tile along it is smaller; these ragged edge tiles are the normal case
-(Wan 2.1 480p: grid 21x30x52 with 4x4x4 tiles has 624 tiles, 196 of them partial).
+(Wan 2.1 480p: grid 21x30x52 with 4x4x4 tiles has 624 tiles, 169 of them partial).
 
 Following VSA (FastVideo, "Video Sparse Attention"), attention kernels work on a
 *padded tile-ordered* layout: ``(..., n_tiles, tile_volume, d)`` where each tile owns

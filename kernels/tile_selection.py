@@ -20,7 +20,7 @@ def num_selected_tiles(density: float, num_tiles: int) -> int:
     """``ceil(density * num_tiles)``, clamped to ``[1, num_tiles]``.
 
     The product is rounded to 9 decimals first so that float noise such as
-    ``0.1 * 30 = 3.0000000000000004`` does not add a tile.
+    ``0.07 * 100 = 7.000000000000001`` does not add a tile.
     """
     return max(1, min(num_tiles, math.ceil(round(density * num_tiles, 9))))
 
