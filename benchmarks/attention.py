@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+# OpenMP threads that spin between parallel regions burn the CPU share that their
+# partner thread needs when other processes load the machine (the shared 2-core dev
+# box): measured there under load, the CPU sparse path took 12-22 s with the default
+# policy and 3.0 s with PASSIVE, dense SDPA (one long region) ~12-17 s either way.
+# Must be set before torch loads OpenMP; an explicit setting in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
@@ -130,6 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
         f"B={args.batch} heads={heads} d={args.d} {str(dtype).replace('torch.', '')} on {device}, "
         f"density {args.density} ({kv_indices.shape[-1]} key tiles per query tile), median of {repeats}"
     )
+    if device.type == "cpu":
+        print(
+            f"CPU threads {torch.get_num_threads()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+            f"load average {os.getloadavg()[0]:.1f} (other processes share these cores)"
+        )
     rows = [
         ("dense " + dense_name, d_ms, dense_cold_ms, dense_flops),
         (f"sparse ({backend})", s_ms, sparse_cold_ms, sparse_flops),

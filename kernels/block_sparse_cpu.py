@@ -58,8 +58,9 @@ def gathered_block_sparse_attention(
     k_sel = kv_indices.shape[-1]
     dev = q.device
     q_flat = q.reshape(BH * R, d).float()  # (BH*R, d)
-    k_flat = k.reshape(BH * R, d).float()  # (BH*R, d)
-    v_flat = v.reshape(BH * R, d).float()  # (BH*R, d)
+    # K and V side by side: one gather of 2d-wide rows fetches both (one index pass,
+    # twice-longer contiguous copies); the GEMMs read the halves through strides.
+    kv_flat = torch.cat([k.reshape(BH * R, d), v.reshape(BH * R, d)], dim=-1).float()  # (BH*R, 2d)
     out = torch.zeros(BH * R, d, dtype=torch.float32, device=dev)
 
     counts = valid_counts.to(device=dev, dtype=torch.int64)  # (T,)
@@ -71,17 +72,15 @@ def gathered_block_sparse_attention(
     q_tile = torch.arange(T, device=dev).repeat(BH)  # (items,)
     ranks = torch.arange(V, device=dev)
 
-    # Reused buffers, sized for the largest chunk (see module docstring). A chunk of C
-    # items with key lists of length <= L has C*L*d <= max(chunk_elements, max_len*d).
+    # Reused buffers, sized for the largest chunk / index group (see module docstring).
+    # A chunk of C items with key lists of length <= L has C*L*d <= max(chunk_elements, max_len*d).
     n_items = BH * T
-    max_len, min_len = int(key_len.max()), int(key_len.min())
-    max_chunk_items = min(n_items, max(1, chunk_elements // (min_len * d)))
+    max_len = int(key_len.max())
     kv_elems = min(max(chunk_elements, max_len * d), n_items * max_len * d)
-    k_buf = torch.empty(kv_elems, device=dev)
-    v_buf = torch.empty(kv_elems, device=dev)
+    kv_buf = torch.empty(2 * kv_elems, device=dev)
     s_buf = torch.empty(kv_elems // d * V, device=dev)  # scores: C*c*L <= (C*L)*V
-    p_buf = torch.empty_like(s_buf)
-    q_buf = torch.empty(max_chunk_items * V * d, device=dev)
+    group_rows = min(n_items, INDEX_GROUP_ITEMS) * V
+    q_buf = torch.empty(group_rows * d, device=dev)
     o_buf = torch.empty_like(q_buf)
 
     for c in torch.unique(q_count).tolist():
@@ -105,26 +104,26 @@ def gathered_block_sparse_attention(
             key_rows = torch.zeros(G * l_max + 1, dtype=torch.int64, device=dev)
             key_rows.scatter_(0, dest.view(-1), rows.view(-1))
             key_rows = key_rows[:-1].view(G, l_max)
-            q_rows = tile_rows[q_tile[items], :c] + row_base[items, None]  # (G, c)
-            lens = key_len[items]  # (G,)
+            q_rows = (tile_rows[q_tile[items], :c] + row_base[items, None]).view(-1)  # (G*c,)
+            q_g = torch.index_select(q_flat, 0, q_rows, out=q_buf[: G * c * d].view(G * c, d))
+            q_g = q_g.mul_(scale).view(G, c, d)
+            o_g = o_buf[: G * c * d].view(G, c, d)
+            lens = key_len[items].tolist()
 
             n_per_chunk = max(1, chunk_elements // (l_max * d))
             for s0 in range(0, G, n_per_chunk):
                 C = min(n_per_chunk, G - s0)
-                L = int(lens[s0 + C - 1])  # longest key list in this chunk
+                L = lens[s0 + C - 1]  # longest key list in this chunk
                 idx = key_rows[s0 : s0 + C, :L].reshape(-1)  # (C*L,)
-                k_g = torch.index_select(k_flat, 0, idx, out=k_buf[: C * L * d].view(C * L, d))
-                v_g = torch.index_select(v_flat, 0, idx, out=v_buf[: C * L * d].view(C * L, d))
-                qi = q_rows[s0 : s0 + C].reshape(-1)  # (C*c,)
-                q_g = torch.index_select(q_flat, 0, qi, out=q_buf[: C * c * d].view(C * c, d))
-                # 0 on real keys, -inf on the tail of key lists shorter than L: (C, 1, L).
-                tail = torch.arange(L, device=dev) >= lens[s0 : s0 + C, None]
-                bias = torch.zeros(C, 1, L, device=dev).masked_fill_(tail[:, None], float("-inf"))
-                scores = s_buf[: C * c * L].view(C, c, L)
-                torch.baddbmm(  # (C, c, d) @ (C, d, L) -> (C, c, L)
-                    bias, q_g.view(C, c, d), k_g.view(C, L, d).transpose(1, 2), alpha=scale, out=scores
+                kv_g = torch.index_select(kv_flat, 0, idx, out=kv_buf[: C * L * 2 * d].view(C * L, 2 * d))
+                kv_g = kv_g.view(C, L, 2 * d)  # [..., :d] keys, [..., d:] values
+                scores = torch.bmm(  # (C, c, d) @ (C, d, L) -> (C, c, L)
+                    q_g[s0 : s0 + C], kv_g[..., :d].transpose(1, 2), out=s_buf[: C * c * L].view(C, c, L)
                 )
-                probs = torch.softmax(scores, dim=-1, out=p_buf[: C * c * L].view(C, c, L))
-                o = torch.bmm(probs, v_g.view(C, L, d), out=o_buf[: C * c * d].view(C, c, d))  # (C, c, d)
-                out.index_copy_(0, qi, o.view(C * c, d))
+                for j in range(C):  # mask the tails of shorter key lists (few: lists are sorted)
+                    if lens[s0 + j] < L:
+                        scores[j, :, lens[s0 + j] :] = float("-inf")
+                probs = torch.softmax(scores, dim=-1, out=scores)
+                torch.bmm(probs, kv_g[..., d:], out=o_g[s0 : s0 + C])  # (C, c, d)
+            out.index_copy_(0, q_rows, o_g.view(G * c, d))
     return out.view(BH, R, d)
