@@ -1,10 +1,11 @@
 """Triton block-sparse flash-attention forward over padded tile-ordered tokens.
 
-Structure follows Triton's fused-attention tutorial / FlashAttention-2 (online
-softmax, fp32 accumulation, ``exp2`` with the scale folded into ``log2(e)/sqrt(d)``),
-with the key loop replaced by VSA's fine stage: each program owns one block of query
-rows of one query tile and walks only that tile's selected key tiles, reading each
-key tile's valid count so that padding is neither loaded nor weighted.
+Structure follows Triton's fused-attention tutorial / FlashAttention-2 (one kernel
+plus an inner-loop helper; online softmax, fp32 accumulation, ``exp2`` with the scale
+folded into ``log2(e)/sqrt(d)``), with the key loop replaced by VSA's fine stage: each
+program owns one block of query rows of one query tile and walks only that tile's
+selected key tiles, reading each key tile's valid count so that padding is neither
+loaded nor weighted.
 
 Tensors are ``(B*heads, n_tiles, tile_volume, d)`` contiguous; ``tile_volume`` need
 not be a power of two (blocks are masked by the valid counts).
@@ -17,6 +18,37 @@ import triton
 import triton.language as tl
 
 LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _attend_key_block(
+    acc, l_i, m_i, q,  # running output (BLOCK_M, HEAD_DIM) fp32, row sums, row maxima; query block
+    K, V, kv_base, n_start, kv_count, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):
+    """Online-softmax update with key rows [n_start, n_start + BLOCK_N) of one key tile."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    cols = n_start + tl.arange(0, BLOCK_N)
+    kv_cols = cols < kv_count  # padding slots are neither loaded nor weighted
+    k = tl.load(K + kv_base + cols[None, :] * HEAD_DIM + offs_d[:, None], mask=kv_cols[None, :], other=0.0)
+    if UPCAST_DOT:  # exact: bf16 x bf16 products fit fp32, as on tensor cores
+        qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+    else:
+        qk = tl.dot(q, k, input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N) fp32
+    qk = tl.where(kv_cols[None, :], qk * qk_scale, float("-inf"))
+    # Every key tile has >= 1 valid key, so m_new is finite and, on the first block,
+    # alpha = exp2(-inf) = 0 wipes the empty initial state: no NaN.
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(V + kv_base + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_cols[:, None], other=0.0)
+    p = p.to(v.dtype)  # P rounded to the input dtype, as in FlashAttention
+    if UPCAST_DOT:
+        acc = tl.dot(p.to(tl.float32), v.to(tl.float32), acc * alpha[:, None], input_precision="ieee")
+    else:
+        acc = tl.dot(p, v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -34,6 +66,7 @@ def _block_sparse_attention_fwd(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    ONE_BLOCK_PER_TILE: tl.constexpr,  # tile_volume <= BLOCK_N
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
@@ -46,7 +79,6 @@ def _block_sparse_attention_fwd(
     bh_offset = bh.to(tl.int64) * num_tiles * tile_stride
 
     offs_m = (pid_m % m_splits) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     q_rows = offs_m < q_count
     q_base = bh_offset + q_tile.to(tl.int64) * tile_stride
@@ -56,37 +88,27 @@ def _block_sparse_attention_fwd(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     kv_idx_row = KV_IDX + (bh.to(tl.int64) * num_tiles + q_tile) * k_sel
-    for s in range(0, k_sel):
-        kv_tile = tl.load(kv_idx_row + s)
-        kv_count = tl.load(COUNTS + kv_tile)
-        kv_base = bh_offset + kv_tile.to(tl.int64) * tile_stride
-        # Every selected tile has >= 1 valid key, so m_i is finite after the first block
-        # and alpha = exp2(-inf) = 0 wipes the empty initial state: no NaN.
-        for n_start in range(0, kv_count, BLOCK_N):
-            cols = n_start + offs_n
-            kv_cols = cols < kv_count
-            k = tl.load(
-                K + kv_base + cols[None, :] * HEAD_DIM + offs_d[:, None], mask=kv_cols[None, :], other=0.0
-            )  # (HEAD_DIM, BLOCK_N)
-            if UPCAST_DOT:  # exact: bf16 x bf16 products fit fp32, as on tensor cores
-                qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
-            else:
-                qk = tl.dot(q, k, input_precision=DOT_PRECISION)
-            qk = qk * qk_scale  # (BLOCK_M, BLOCK_N) fp32
-            qk = tl.where(kv_cols[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(
-                V + kv_base + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_cols[:, None], other=0.0
-            )  # (BLOCK_N, HEAD_DIM)
-            p = p.to(v.dtype)  # P rounded to the input dtype, as in FlashAttention
-            if UPCAST_DOT:
-                acc = tl.dot(p.to(tl.float32), v.to(tl.float32), acc * alpha[:, None], input_precision="ieee")
-            else:
-                acc = tl.dot(p, v, acc * alpha[:, None], input_precision=DOT_PRECISION)
-            m_i = m_new
+    if ONE_BLOCK_PER_TILE:
+        # The common case (4x4x4 tiles, BLOCK_N = 64): one flat loop over the selected
+        # tiles, which Triton's software pipeliner can overlap across tiles.
+        for s in range(0, k_sel):
+            kv_tile = tl.load(kv_idx_row + s)
+            kv_count = tl.load(COUNTS + kv_tile)
+            kv_base = bh_offset + kv_tile.to(tl.int64) * tile_stride
+            acc, l_i, m_i = _attend_key_block(
+                acc, l_i, m_i, q, K, V, kv_base, 0, kv_count, qk_scale,
+                HEAD_DIM, BLOCK_N, DOT_PRECISION, UPCAST_DOT,
+            )
+    else:
+        for s in range(0, k_sel):
+            kv_tile = tl.load(kv_idx_row + s)
+            kv_count = tl.load(COUNTS + kv_tile)
+            kv_base = bh_offset + kv_tile.to(tl.int64) * tile_stride
+            for n_start in range(0, kv_count, BLOCK_N):  # only the valid part of the tile
+                acc, l_i, m_i = _attend_key_block(
+                    acc, l_i, m_i, q, K, V, kv_base, n_start, kv_count, qk_scale,
+                    HEAD_DIM, BLOCK_N, DOT_PRECISION, UPCAST_DOT,
+                )
 
     acc = acc / l_i[:, None]
     out_ptrs = Out + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -97,7 +119,7 @@ def _block_sparse_attention_fwd(
 # benchmarks/gpu_check.sh reports the tuned result). The interpreter runs the bare kernel.
 _CONFIGS = [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
 _block_sparse_attention_fwd_tuned = triton.autotune(
-    _CONFIGS, key=["HEAD_DIM", "BLOCK_M", "BLOCK_N", "DOT_PRECISION", "k_sel"]
+    _CONFIGS, key=["HEAD_DIM", "BLOCK_M", "BLOCK_N", "ONE_BLOCK_PER_TILE", "DOT_PRECISION", "k_sel"]
 )(_block_sparse_attention_fwd)
 
 
@@ -140,6 +162,7 @@ def block_sparse_attention_triton(
         HEAD_DIM=d,
         BLOCK_M=block,
         BLOCK_N=block,
+        ONE_BLOCK_PER_TILE=Vol <= block,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # Triton 3.9's interpreter returns garbage from tl.dot on bf16 operands (fp16 and
         # fp32 are fine); upcasting there is exact and changes nothing on the GPU.
