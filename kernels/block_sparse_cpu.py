@@ -9,12 +9,17 @@ has to keep its GEMMs large and spend almost nothing around them:
   (batch*head, query tile) are grouped by the query tile's valid count (at most 8
   distinct values for 3-D tiles), so query rows carry no padding, and sorted by how
   many valid keys they select, so a chunk of items gathers key lists of nearly equal
-  length; only the short tails are masked (a 0/-inf bias folded into ``baddbmm``).
+  length; only the short tails are set to -inf before the softmax.
 * No layout copies. Rows are gathered straight from wherever they live (raster order
   or padded tile order) through a ``tile_rows`` map, so ``sparse_video_attention``
   never permutes q, k, v into tile order on CPU.
-* Preallocated buffers. ``index_select`` into a fresh 8 MB tensor ran at 3-9 GB/s
-  (page faults); into a reused buffer at 40-90 GB/s. Every per-chunk tensor is reused.
+* Few, reused buffers. ``index_select`` into a fresh 8 MB tensor ran at 3-9 GB/s (page
+  faults), into a reused buffer at 40-90 GB/s. K and V are gathered side by side as
+  2d-wide rows in one call; q once per index group; softmax runs in place.
+* Few parallel regions. Every op is an OpenMP region; when other processes load the
+  cores, each costs a scheduling delay, so per-chunk work is 4 ops (gather, bmm,
+  softmax, bmm). Under load, the default OpenMP spin-wait policy made this path 3-7x
+  slower than ``OMP_WAIT_POLICY=PASSIVE`` (set by ``benchmarks/attention.py``).
 
 Computation runs in fp32 (bf16/fp16 inputs are upcast).
 """
@@ -23,10 +28,12 @@ from __future__ import annotations
 
 import torch
 
-# Per chunk, gathered K (and V) hold about this many fp32 elements. Measured at Wan
-# 480p on 2 cores: 0.5M 1.48 s, 2M 1.10 s, 8M 1.29 s (before buffer reuse); 2M = 8 MB.
-CHUNK_ELEMENTS = 2 * 1024 * 1024
-# Items whose gather indices are built in one vectorised pass.
+# Per chunk, gathered K (and as many V) elements: 1M fp32 = 4 MB each. Wan 480p, 2 heads,
+# 2 cores: 0.5M-4M within noise of each other under load (1.7-2.7 s wall, 1.7-2.0 s CPU);
+# on a quiet machine 1M took 0.84 s and 2M 1.07 s (earlier version of this loop).
+CHUNK_ELEMENTS = 1024 * 1024
+# Items whose gather indices (and q rows) are built in one vectorised pass: 256 items
+# x 64 rows x d=128 fp32 = 8 MB of gathered q.
 INDEX_GROUP_ITEMS = 256
 
 
