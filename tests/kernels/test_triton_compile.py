@@ -10,7 +10,10 @@ import pytest
 from kernels.block_sparse_triton import _block_sparse_attention_fwd, is_interpreting
 
 triton = pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(is_interpreting(), reason="kernel is an interpreter function here")
+pytestmark = [
+    pytest.mark.skipif(is_interpreting(), reason="kernel is an interpreter function here"),
+    pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset"),  # Triton 3.9 notice
+]
 
 
 def _compile(dtype: str, head_dim: int, one_block: bool):
