@@ -1,6 +1,6 @@
 """Shared helpers for the kernels tests.
 
-Triton without a GPU: ``test_triton_backend.py`` needs CUDA or ``TRITON_INTERPRET=1``
+Triton without a GPU: ``test_sparse_attention_triton.py`` needs CUDA or ``TRITON_INTERPRET=1``
 set before its kernel is decorated. Setting the variable here would switch every Triton
 user in a full-suite process to the interpreter, so instead
 ``test_triton_interpreter.py`` re-runs that module in a subprocess with the variable set
@@ -55,6 +55,13 @@ def reference_with_tolerance(
         low = reference_sparse_video_attention(q, k, v, layout, kv_indices, compute_dtype=q.dtype)
         tol += 2.0 * (low.float() - ref).abs().max().item()
     return ref, tol
+
+
+@pytest.fixture
+def make_qkv() -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``random_qkv`` as a fixture: test modules never import ``conftest`` (in a full-suite
+    run another directory's ``conftest`` module may own that name)."""
+    return random_qkv
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import random_qkv
 from kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
 from kernels.block_sparse_triton import is_interpreting
 from kernels.reference import reference_block_sparse_attention
@@ -38,30 +37,30 @@ CASES = [
 
 
 @pytest.mark.parametrize("grid,tile,d,density,dtype", CASES, ids=lambda x: str(x).replace("torch.", ""))
-def test_triton_matches_reference(grid, tile, d, density, dtype, assert_matches_reference):
-    q, k, v = random_qkv(grid, batch=1, heads=2, d=d, dtype=dtype, device=DEVICE)
+def test_triton_matches_reference(grid, tile, d, density, dtype, assert_matches_reference, make_qkv):
+    q, k, v = make_qkv(grid, batch=1, heads=2, d=d, dtype=dtype, device=DEVICE)
     out = sparse_video_attention(q, k, v, grid=grid, tile=tile, density=density, backend="triton")
     assert_matches_reference(out, q, k, v, grid, tile, density)
 
 
-def test_triton_handles_several_batches_and_heads(assert_matches_reference):
+def test_triton_handles_several_batches_and_heads(assert_matches_reference, make_qkv):
     grid = (5, 6, 7)
-    q, k, v = random_qkv(grid, batch=2, heads=3, d=32, dtype=torch.float32, device=DEVICE)
+    q, k, v = make_qkv(grid, batch=2, heads=3, d=32, dtype=torch.float32, device=DEVICE)
     out = sparse_video_attention(q, k, v, grid=grid, density=0.25, backend="triton")
     assert_matches_reference(out, q, k, v, grid, (4, 4, 4), 0.25)
 
 
-def test_triton_density_one_is_dense_attention():
+def test_triton_density_one_is_dense_attention(make_qkv):
     grid = (3, 5, 9)
-    q, k, v = random_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
+    q, k, v = make_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
     out = sparse_video_attention(q, k, v, grid=grid, density=1.0, backend="triton")
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
 
 
-def test_triton_padding_slots_receive_no_weight():
+def test_triton_padding_slots_receive_no_weight(make_qkv):
     grid = (5, 6, 7)
     layout = TileLayout.build(grid, (4, 4, 4), DEVICE)
-    q, k, v = random_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
+    q, k, v = make_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
     kv = select_topk_tiles(q, k, layout, 0.5)
     clean = [layout.to_tiles(t) for t in (q, k, v)]
     poisoned = [layout.to_tiles(q, pad_value=1e4), layout.to_tiles(k, pad_value=1e4), layout.to_tiles(v, 1e6)]
