@@ -81,9 +81,16 @@ class TileLayout:
     def tile_means(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of ``x`` over each tile's *valid* tokens, in fp32: ``(..., N, d) -> (..., n_tiles, d)``."""
         *lead, n, d = x.shape
-        sums = x.new_zeros((*lead, self.num_tiles, d), dtype=torch.float32)
-        sums.index_add_(-2, self.tile_of_token, x.float())  # (..., n_tiles, d)
-        return sums / self.valid_counts.to(torch.float32)[:, None]
+        counts = self.valid_counts.to(torch.float32)[:, None]  # (n_tiles, 1)
+        if x.device.type == "cpu":
+            # index_add_ runs in order on CPU (deterministic) and was 3-5x faster there
+            # than summing the padded tiles (17-27 ms vs 90 ms at Wan 480p, 2 heads).
+            sums = x.new_zeros((*lead, self.num_tiles, d), dtype=torch.float32)
+            sums.index_add_(-2, self.tile_of_token, x.float())  # (..., n_tiles, d)
+            return sums / counts
+        # On GPUs index_add_ accumulates with float atomics in varying order, which could
+        # flip near-tied selections between runs; summing zero-padded tiles is deterministic.
+        return self.to_tiles(x).float().sum(-2) / counts  # (..., n_tiles, d)
 
     def valid_slot_mask(self) -> torch.Tensor:
         """``(n_tiles, tile_volume)`` bool: True where a padded slot holds a real token."""

@@ -68,3 +68,15 @@ def test_triton_padding_slots_receive_no_weight(make_qkv):
     expected = reference_block_sparse_attention(*clean, kv, layout.valid_counts, scale=32**-0.5)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert torch.all(out[:, :, ~layout.valid_slot_mask()] == 0)
+
+
+def test_selection_on_the_device_matches_the_cpu_selection(make_qkv):
+    # On CUDA, tile means take the deterministic padded-sum path instead of index_add_.
+    grid = (6, 8, 13)
+    q, k, _ = make_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
+    on_device = TileLayout.build(grid, (4, 4, 4), DEVICE)
+    on_cpu = TileLayout.build(grid, (4, 4, 4), "cpu")
+    torch.testing.assert_close(on_device.tile_means(q).cpu(), on_cpu.tile_means(q.cpu()), atol=1e-6, rtol=1e-6)
+    assert torch.equal(
+        select_topk_tiles(q, k, on_device, 0.25).cpu(), select_topk_tiles(q.cpu(), k.cpu(), on_cpu, 0.25)
+    )
