@@ -12,6 +12,8 @@ Backends (resolved once per call from ``backend``; all share layout and selectio
 * ``"cpu"``: gather + batched GEMM (``block_sparse_cpu``), any head dim, fp32 compute.
 * ``"reference"``: fp32 masked dense attention (``reference``), for tests.
 * ``"auto"``: ``"triton"`` for CUDA tensors, ``"cpu"`` otherwise.
+
+The fast backends are forward-only (inference): no autograd.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def sparse_video_attention(
     tile3 = _check_tile(tile, grid3)
     _check_density(density)
     resolved = _resolve_backend(backend, q)
-    _check_backend_inputs(resolved, q)
+    _check_backend_inputs(resolved, q, all_inputs={"q": q, "k": k, "v": v})
 
     layout = TileLayout.build(grid3, tile3, q.device)
     kv_indices = select_topk_tiles(q, k, layout, density)  # (B, heads, n_tiles, k_sel)
@@ -143,7 +145,9 @@ def block_sparse_attention(
         if lo < 1 or hi > Vol:
             raise ValueError(f"`valid_counts` values must be in [1, {Vol}] but span [{lo}, {hi}]")
     resolved = _resolve_backend(backend, q_tiles)
-    _check_backend_inputs(resolved, q_tiles, name="q_tiles")
+    _check_backend_inputs(
+        resolved, q_tiles, name="q_tiles", all_inputs={"q_tiles": q_tiles, "k_tiles": k_tiles, "v_tiles": v_tiles}
+    )
     scale = d**-0.5 if scale is None else float(scale)
 
     if resolved == "reference":
@@ -241,7 +245,15 @@ def _check_density(density: float) -> None:
         raise ValueError(f"`density` must be in (0, 1] but is {density!r}")
 
 
-def _check_backend_inputs(backend: str, q: torch.Tensor, name: str = "q") -> None:
+def _check_backend_inputs(
+    backend: str, q: torch.Tensor, name: str = "q", all_inputs: dict[str, torch.Tensor] | None = None
+) -> None:
+    for input_name, t in (all_inputs or {name: q}).items():
+        if backend in ("cpu", "triton") and torch.is_grad_enabled() and t.requires_grad:
+            raise ValueError(
+                f"`{input_name}` requires grad but backend {backend!r} is forward-only (inference); "
+                "run under torch.no_grad() or use backend='reference'"
+            )
     if backend != "triton":
         return
     from .block_sparse_triton import is_interpreting

@@ -112,3 +112,14 @@ def test_block_sparse_attention_rejects_bad_valid_counts():
     kv = torch.zeros(1, 2, 8, 2, dtype=torch.int64)
     with pytest.raises(ValueError, match=r"`valid_counts` values must be in \[1, 64\] but span \[0, 64\]"):
         block_sparse_attention(*tiles, kv, torch.tensor([64, 0, 1, 1, 1, 1, 1, 1]))
+
+
+def test_fast_backends_are_forward_only():
+    q, k, v = _qkv()
+    q.requires_grad_(True)
+    with pytest.raises(ValueError, match="`q` requires grad but backend 'cpu' is forward-only"):
+        sparse_video_attention(q, k, v, grid=(5, 6, 7), backend="cpu")
+    with pytest.raises(ValueError, match="`v` requires grad but backend 'cpu' is forward-only"):
+        sparse_video_attention(q.detach(), k, v.requires_grad_(True), grid=(5, 6, 7), backend="cpu")
+    with torch.no_grad():
+        sparse_video_attention(q, k, v, grid=(5, 6, 7), backend="cpu")

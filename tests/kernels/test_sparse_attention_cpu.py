@@ -72,3 +72,13 @@ def test_block_sparse_attention_on_tiles_matches_sparse_video_attention(make_qkv
     tiles = block_sparse_attention(*(layout.to_tiles(t) for t in (q, k, v)), kv, layout.valid_counts, backend="cpu")
     expected = sparse_video_attention(q, k, v, grid=grid, density=0.25, backend="cpu")
     torch.testing.assert_close(layout.from_tiles(tiles), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_non_contiguous_inputs_give_the_same_result(make_qkv):
+    grid = (5, 6, 7)
+    q, k, v = make_qkv(grid, batch=2, heads=3, d=32, dtype=torch.float32)
+    # (B, N, heads, d) storage seen as (B, heads, N, d), as attention processors produce it.
+    strided = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert not strided[0].is_contiguous()
+    expected = sparse_video_attention(q, k, v, grid=grid, density=0.25, backend="cpu")
+    torch.testing.assert_close(sparse_video_attention(*strided, grid=grid, density=0.25, backend="cpu"), expected)
