@@ -23,7 +23,8 @@ REPO_ROOT = HERE.parents[1]
 def test_triton_backend_passes_under_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "pytest", str(HERE / "test_sparse_attention_triton.py"), "-q", "-p", "no:cacheprovider"]
+    module = str(HERE / "test_sparse_attention_triton.py")
+    cmd = [sys.executable, "-m", "pytest", module, "-q", "-p", "no:cacheprovider"]
     result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, f"interpreter run failed:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
