@@ -57,6 +57,19 @@ def reference_with_tolerance(
     return ref, tol
 
 
+@pytest.fixture(autouse=True)
+def _single_cpu_thread():
+    """Run each kernels test on one intra-op thread, restoring the setting afterwards.
+
+    The test shapes are tiny (hundreds of tokens), where every op costs more in OpenMP
+    hand-offs than in work; on the shared 2-core box that overhead dominated the run.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture
 def make_qkv() -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """``random_qkv`` as a fixture: test modules never import ``conftest`` (in a full-suite

@@ -17,9 +17,17 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize("grid", RAGGED_GRIDS)
 def test_cpu_matches_reference_on_ragged_grids(grid, d, density, dtype, assert_matches_reference, make_qkv):
-    q, k, v = make_qkv(grid, batch=2, heads=3, d=d, dtype=dtype)
+    q, k, v = make_qkv(grid, batch=1, heads=2, d=d, dtype=dtype)
     out = sparse_video_attention(q, k, v, grid=grid, tile=(4, 4, 4), density=density, backend="cpu")
     assert_matches_reference(out, q, k, v, grid, (4, 4, 4), density)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cpu_handles_several_batches_and_heads(dtype, assert_matches_reference, make_qkv):
+    grid = (6, 8, 13)
+    q, k, v = make_qkv(grid, batch=2, heads=3, d=64, dtype=dtype)
+    out = sparse_video_attention(q, k, v, grid=grid, density=0.25, backend="cpu")
+    assert_matches_reference(out, q, k, v, grid, (4, 4, 4), 0.25)
 
 
 @pytest.mark.parametrize(
