@@ -57,7 +57,8 @@ def test_triton_density_one_is_dense_attention(make_qkv):
     grid = (3, 5, 9)
     q, k, v = make_qkv(grid, batch=1, heads=2, d=32, dtype=torch.float32, device=DEVICE)
     out = sparse_video_attention(q, k, v, grid=grid, density=1.0, backend="triton")
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+    # SDPA's CUDA kernels sum in their own order; on CPU both are within 1e-6.
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
 
 
 def test_triton_padding_slots_receive_no_weight(make_qkv):
