@@ -13,6 +13,8 @@ not be a power of two (blocks are masked by the valid counts).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -124,8 +126,15 @@ _block_sparse_attention_fwd_tuned = triton.autotune(
 
 
 def is_interpreting() -> bool:
-    """True when Triton runs kernels on the CPU (``TRITON_INTERPRET=1``, read by Triton)."""
-    return bool(triton.knobs.runtime.interpret)
+    """True when Triton runs kernels on the CPU (``TRITON_INTERPRET=1``).
+
+    The only place in ``kernels`` that looks at the environment: Triton >= 3.4 reads it
+    through ``triton.knobs``; older releases (pyproject allows >= 3.2) read the variable.
+    """
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def _block_size(tile_volume: int) -> int:
