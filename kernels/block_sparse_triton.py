@@ -128,8 +128,9 @@ _block_sparse_attention_fwd_tuned = triton.autotune(
 def is_interpreting() -> bool:
     """True when Triton runs kernels on the CPU (``TRITON_INTERPRET=1``).
 
-    The only place in ``kernels`` that looks at the environment: Triton >= 3.4 reads it
-    through ``triton.knobs``; older releases (pyproject allows >= 3.2) read the variable.
+    The only place in ``kernels`` that looks at the environment: recent Triton (3.9
+    here) exposes it as ``triton.knobs``; for older releases (pyproject allows >= 3.2)
+    the variable is read directly.
     """
     knobs = getattr(triton, "knobs", None)
     if knobs is not None:
