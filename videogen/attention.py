@@ -75,9 +75,9 @@ class SparseSelfAttnProcessor:
             from kernels import sparse_video_attention
 
             pol = self.context.policy
-            out = sparse_video_attention(
-                q, k, v, grid=self.context.grid, tile=pol.tile, density=pol.density, backend=self.kernel_backend
-            )
+            grid = self.context.grid
+            tile = tuple(min(t, g) for t, g in zip(pol.tile, grid))  # small grids: one tile spans the axis
+            out = sparse_video_attention(q, k, v, grid=grid, tile=tile, density=pol.density, backend=self.kernel_backend)
         else:
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
         out = out.transpose(1, 2).flatten(2, 3).type_as(query)  # (B, N, heads*d)
