@@ -19,7 +19,7 @@ def test_render_with_the_builtin_model_writes_mp4_and_thumbnail(tmp_path):
     assert r.returncode == 0, r.stderr
     info = probe(out)
     assert (info.width, info.height, info.fps, info.num_frames) == (64, 64, 16.0, 96)
-    assert (tmp_path / "out.png").is_file()
+    assert (tmp_path / "out.thumb.png").is_file()
     assert "segments" in r.stderr  # progress bars
 
 

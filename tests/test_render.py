@@ -31,7 +31,7 @@ def test_tiny_wan_folder_loads_and_renders_a_chained_video(variant, size, reques
     assert isinstance(started, RenderStarted) and len(started.plan) >= 2  # really chained
     info = probe(tmp_path / "out.mp4")
     assert (info.width, info.height, info.fps, info.num_frames) == (*size, 8.0, 24)
-    assert (tmp_path / "out.png").is_file()
+    assert (tmp_path / "out.thumb.png").is_file()
     report = json.loads((tmp_path / "out.mp4.drift.json").read_text())  # every render reports its drift
     assert (tmp_path / "out.mp4.drift.png").is_file() and events[-1].report == tmp_path / "out.mp4.drift.json"
     assert len(report["segments"]) == len(started.plan)
@@ -193,3 +193,43 @@ def test_a_continuation_must_match_the_source_settings(builtin_model, tmp_path):
     with pytest.raises(InvalidOption, match="continue_from.*fps"):
         list(render(RenderSpec.single("a red circle", 1.0, steps=2, fps=8), tmp_path / "e.mp4", model=builtin_model,
                     continue_from=tmp_path / "t"))  # fmt: skip
+
+
+def _image(path, colour):
+    from PIL import Image
+
+    img = np.zeros((96, 128, 3), np.uint8)  # another size and aspect: resized to cover, centre-cropped
+    img[:] = colour
+    img[30:60, 50:80] = (255, 255, 255)
+    Image.fromarray(img).save(path)
+    return str(path)
+
+
+def test_a_video_can_start_from_an_image(builtin_model, tmp_path):
+    spec = RenderSpec.single("a red circle", 1.0, steps=2, image=_image(tmp_path / "a.png", (0, 0, 200)))
+    _run(spec, tmp_path / "a.mp4", model=builtin_model)
+    first = VideoReader(tmp_path / "a.mp4").read_all()[0].astype(int)
+    from PIL import Image
+
+    expected = np.asarray(Image.open(tmp_path / "a.png").convert("RGB").resize((85, 64), Image.LANCZOS).crop((10, 0, 74, 64)))
+    assert np.abs(first - expected.astype(int)).mean() < 4  # the image is the first frame (H.264 aside)
+    spec_b = RenderSpec.single("a red circle", 1.0, steps=2, image=_image(tmp_path / "b.png", (0, 200, 0)))
+    _run(spec_b, tmp_path / "b.mp4", model=builtin_model)
+    assert np.abs(VideoReader(tmp_path / "b.mp4").read_all()[0].astype(int) - first).mean() > 30
+
+
+def test_an_image_through_a_wan_vae(tiny_wan22, tmp_path):
+    model = load_model(str(tiny_wan22), device="cpu", dtype="float32")
+    spec = RenderSpec.single("a cat", 1.0, model=str(tiny_wan22), size=(64, 64), fps=8, steps=2,
+                             image=_image(tmp_path / "a.png", (200, 0, 0)))  # fmt: skip
+    _run(spec, tmp_path / "w.mp4", model=model)
+    assert probe(tmp_path / "w.mp4").num_frames == 8
+
+
+def test_an_unreadable_image_is_named(builtin_model, tmp_path):
+    (tmp_path / "x.png").write_text("not an image")
+    with pytest.raises(InvalidOption, match="image="):
+        list(render(RenderSpec.single("x", 1.0, image=str(tmp_path / "x.png")), tmp_path / "o.mp4", model=builtin_model))
+    with pytest.raises(InvalidOption, match="no such image"):
+        RenderSpec.single("x", 1.0, image=str(tmp_path / "missing.png")).validate()
+    assert not (tmp_path / "o.mp4").exists()

@@ -32,6 +32,7 @@ _FLAG = {  # spec field -> the CLI's name for it
     "device": "--device",
     "dtype": "--dtype",
     "model": "--model",
+    "image": "--image",
     "drift_correction.mode": "--drift-mode",
     "drift_correction.strength": "--drift-strength",
 }
@@ -86,7 +87,7 @@ def _load_timeline(path: str) -> list[tuple[str, float]]:
 def _add_render_parser(sub) -> None:
     p = sub.add_parser("render", help="render a video", description="Render a video from a prompt or a timeline of shots.")
     p.add_argument("prompt", nargs="?", help="what to show (or use --shot / --timeline)")
-    p.add_argument("-o", "--output", required=True, help="output .mp4 path (a .png thumbnail is written beside it)")
+    p.add_argument("-o", "--output", required=True, help="output .mp4 path (NAME.thumb.png and the drift report are written beside it)")
     p.add_argument("--seconds", type=float, help="duration (default 5)")
     p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
     p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
@@ -101,6 +102,7 @@ def _add_render_parser(sub) -> None:
     p.add_argument("--segment-seconds", type=float)
     p.add_argument("--overlap-frames", type=int)
     p.add_argument("--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)")
+    p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
     p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -145,6 +147,7 @@ def _spec_from_args(args):
         device=args.device,
         dtype=args.dtype,
         drift_correction=drift,
+        image=args.image,
     ).validate()
 
 

@@ -172,7 +172,8 @@ def render(
     settings = resolve_settings(spec.validate(), model)
     source = load_tail(continue_from, model, settings) if continue_from is not None else None
     settings, plan = prepare(spec, model, continue_first=source is not None)
-    thumb = output.with_suffix(".png") if thumbnail is True else (Path(thumbnail) if thumbnail else None)
+    # `<name>.thumb.png`, never `<stem>.png`: that could be the very image the video starts from.
+    thumb = output.with_name(output.stem + ".thumb.png") if thumbnail is True else (Path(thumbnail) if thumbnail else None)
 
     checkpoints = _Checkpoints(Path(workdir), spec, model, continue_from) if workdir is not None else None
     done = checkpoints.finished_segments(len(plan)) if checkpoints else 0
@@ -194,6 +195,7 @@ def render(
         handoff = source["handoff"]
         stitcher.load_state_dict(source["stitcher"])
         skip = settings.overlap_frames if done == 0 else 0  # a resumed extension already skipped them
+    image_latents = _encode_image(spec.image, model, settings) if spec.image and source is None else None
     tail_state: dict | None = None
     frames_written = 0
     latent_hw = (settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor)
@@ -215,6 +217,8 @@ def render(
                 written.append(stitcher.new_shot())  # previous shot's held-back tail
                 handoff = None
             prefix = None if seg.first_in_shot else handoff[:, :, -seg.prefix_latent_frames :]
+            if seg.index == 0 and image_latents is not None and seg.latent_frames > 1:
+                prefix = image_latents  # image-to-video: the first latent frame is the image, held clean
             latents = yield from denoise_segment(
                 model,
                 cond=embeds[seg.prompt],
@@ -263,6 +267,26 @@ def render(
     if checkpoints:
         checkpoints.clear()
     yield RenderFinished(output, thumb, frames_written, settings.fps, report_path)
+
+
+def _encode_image(path: str, model, settings: ResolvedSettings) -> torch.Tensor:
+    """An image file -> one clean latent frame (1, C, 1, h, w), resized to cover the frame and
+    centre-cropped. This is Wan 2.2 TI2V's image conditioning (the image's latent as the first
+    latent frame at timestep 0), done through the same clean-prefix path as segment handoffs."""
+    from PIL import Image, UnidentifiedImageError
+
+    from videogen.models.codec import uint8_to_video
+
+    try:
+        img = Image.open(path).convert("RGB")
+    except (OSError, UnidentifiedImageError):
+        raise InvalidOption("image", path, "not a readable image (PNG, JPEG, WebP ...)") from None
+    w, h = settings.width, settings.height
+    scale = max(w / img.width, h / img.height)
+    img = img.resize((max(w, round(img.width * scale)), max(h, round(img.height * scale))), Image.LANCZOS)
+    left, top = (img.width - w) // 2, (img.height - h) // 2
+    frame = np.asarray(img.crop((left, top, left + w, top + h)), np.uint8)[None]  # (1, H, W, 3)
+    return model.codec.encode(uint8_to_video(frame).to(model.device)).float().cpu()
 
 
 def _concat(parts: list[np.ndarray], settings: ResolvedSettings) -> np.ndarray:

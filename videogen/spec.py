@@ -47,6 +47,7 @@ class RenderSpec:
     device: str = "auto"
     dtype: str = "auto"
     drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.DriftConfig fields
+    image: str | None = None  # first frame: an image file the video starts from (image-to-video)
 
     @classmethod
     def single(cls, prompt: str, seconds: float, **kw: Any) -> "RenderSpec":
@@ -99,6 +100,11 @@ class RenderSpec:
             raise InvalidOption("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if not isinstance(self.device, str) or not self.device:
             raise InvalidOption("device", self.device, "must be auto, cpu, cuda or cuda:N")
+        if self.image is not None:
+            from pathlib import Path
+
+            if not isinstance(self.image, str) or not Path(self.image).is_file():
+                raise InvalidOption("image", self.image, "no such image file")
         self.drift_config()
         return self
 
