@@ -2,7 +2,8 @@
 user input: every public method checks the id is one of ours (`video_` + 32 hex digits).
 
     <data_dir>/outputs/<job_id>/video.mp4, thumbnail.png, video.mp4.drift.json|.png (drift report),
-                                tail.pt (last latents + stitcher state: what an extension continues)
+                                tail.pt (last latents + stitcher state: what an extension continues),
+                                input_reference (an uploaded first-frame image)
     <data_dir>/work/<job_id>/            the render's per-segment checkpoints (crash resume)
 """
 
@@ -39,6 +40,10 @@ class OutputStorage:
 
     def drift_plot(self, job_id: str) -> Path:
         return self.output_dir(job_id) / "video.mp4.drift.png"
+
+    def input_image(self, job_id: str) -> Path:
+        """The uploaded `input_reference` (the video's first frame)."""
+        return self.output_dir(job_id) / "input_reference"
 
     def tail(self, job_id: str) -> Path:
         return self.output_dir(job_id) / "tail.pt"

@@ -94,25 +94,25 @@ def _validated(model, fields: dict[str, Any]):
         raise APIError(400, f"Invalid '{param}': {err['msg']}.", param=param, code="invalid_value") from None
 
 
-async def check_upload(upload: UploadFile | None, svc: Service) -> None:
-    """`input_reference`: size and type are checked; then refused, honestly, because no model of
-    this server conditions on an image yet (the library has no image-to-video path)."""
+async def read_upload(upload: UploadFile | None, svc: Service) -> bytes | None:
+    """`input_reference`: an image the video starts from (its first frame). Size and type are
+    checked here; the worker encodes it as the first latent frame (`RenderSpec.image`)."""
     if upload is None:
-        return
+        return None
     limit = svc.settings.max_upload_bytes
+    chunks: list[bytes] = []
     size = 0
-    head = b""
     while chunk := await upload.read(1 << 20):
-        head = head or chunk[:16]
         size += len(chunk)
         if size > limit:
             raise APIError(413, f"'input_reference' is larger than {limit} bytes.", param="input_reference",
                            code="payload_too_large")  # fmt: skip
-    if not head.startswith(_IMAGE_MAGIC):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if not data.startswith(_IMAGE_MAGIC):
         raise APIError(400, "'input_reference' must be a PNG, JPEG or WebP image.", param="input_reference",
                        code="invalid_value")  # fmt: skip
-    raise APIError(400, "'input_reference' is not supported yet: no model on this server conditions on an image.",
-                   param="input_reference", code="unsupported_parameter")  # fmt: skip
+    return data
 
 
 def spec_from_params(p: CreateParams) -> RenderSpec:
@@ -175,13 +175,23 @@ def _owned(svc: Service, tenant: str, video_id: str) -> Job:
 @router.post("")
 async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
     fields, upload = await read_params(request, svc)
-    await check_upload(upload, svc)
+    image = await read_upload(upload, svc)
     params = _validated(CreateParams, fields)
     spec = spec_from_params(params)
     entry = svc.catalog.resolve(params.model)
     checked = svc.catalog.check(spec, entry)
     prompt = params.prompt if params.prompt is not None else " | ".join(s.prompt for s in spec.shots)
-    return await _submit(svc, _new_job(tenant, entry, checked, prompt))
+    job = _new_job(tenant, entry, checked, prompt)
+    if image is not None:  # stored under the job's own folder; the path comes from the job id only
+        path = svc.storage.input_image(job.id)
+        await run_in_threadpool(_save_bytes, path, image)
+        job.spec = {**job.spec, "image": str(path)}
+    return await _submit(svc, job)
+
+
+def _save_bytes(path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
 
 
 @router.post("/extensions")

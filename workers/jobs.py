@@ -133,7 +133,7 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
             store.finish(job_id, worker, CANCELLED)
             return CANCELLED
         except InvalidOption as exc:
-            error = ("invalid_option", str(exc), {"guidance": "guidance_scale"}.get(exc.option, exc.option))
+            error = ("invalid_option", str(exc), {"guidance": "guidance_scale", "image": "input_reference"}.get(exc.option, exc.option))
         except ModelLoadError as exc:
             error = ("model_load_error", str(exc), "model")
         except NonFiniteLatents as exc:
