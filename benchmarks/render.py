@@ -2,6 +2,7 @@
 
     python benchmarks/render.py                       # builtin preset, 4 s and 32 s
     python benchmarks/render.py --attention sparse    # also renders dense, reports speedup + PSNR
+    python benchmarks/render.py --attention sparse --size 256x256 --durations 4   # attention-bound size
 
 Each render runs in its own process so that its peak RSS is its own. Peak RSS must not grow with
 the video's length (frames are streamed to ffmpeg; only one segment is in memory at a time).
@@ -28,7 +29,8 @@ def child(args) -> None:
     from videogen.models.loader import load_model
 
     model = load_model(args.model, device=args.device, dtype="auto", attention=args.attention)
-    spec = RenderSpec.single(args.prompt, args.seconds, model=args.model, seed=args.seed, steps=args.steps)
+    size = tuple(int(x) for x in args.size.split("x")) if args.size else None
+    spec = RenderSpec.single(args.prompt, args.seconds, model=args.model, seed=args.seed, steps=args.steps, size=size)
     t0 = time.perf_counter()
     for _ in render(spec, args.output, model=model):
         pass
@@ -43,6 +45,8 @@ def run_one(args, seconds: float, attention: str, output: Path) -> dict:
            "--output", str(output)]  # fmt: skip
     if args.steps:
         cmd += ["--steps", str(args.steps)]
+    if args.size:
+        cmd += ["--size", args.size]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -67,6 +71,7 @@ def main() -> None:
     p.add_argument("--prompt", default="a red circle moving right on a black background")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--size", default=None, help="WxH (default: the preset's)")
     p.add_argument("--attention", default="dense", help="dense, or a sparse backend to compare against dense")
     p.add_argument("--durations", default="4,32", help="comma-separated seconds")
     p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
@@ -75,7 +80,7 @@ def main() -> None:
         return child(args)
 
     durations = [float(s) for s in args.durations.split(",")]
-    result: dict = {"model": args.model, "attention": args.attention}
+    result: dict = {"model": args.model, "attention": args.attention, "size": args.size or "preset"}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         print(f"{'seconds':>8} {'attention':>14} {'wall s':>8} {'s/s video':>10} {'peak RSS MB':>12}")
