@@ -454,41 +454,87 @@ def to_rgb0(frames: np.ndarray) -> np.ndarray:
     return out
 
 
+_LANES = np.uint32(0x00FF00FF)  # bytes 0 and 2 of a packed word: two 16-bit lanes
+
+
+def _mix_words(start: np.ndarray, end: np.ndarray, wq: int, out: np.ndarray, t1: np.ndarray, t2: np.ndarray) -> None:
+    """`out = (start * (256 - wq) + end * wq + 128) >> 8` per byte of packed words, in uint32 lanes
+    (R, B in one pass, G and the 4th byte in another): 255 * 256 + 128 fits a 16-bit lane."""
+    np.bitwise_and(start, _LANES, out=t1)
+    t1 *= np.uint32(256 - wq)
+    np.bitwise_and(end, _LANES, out=t2)
+    t2 *= np.uint32(wq)
+    t1 += t2
+    t1 += np.uint32(0x00800080)
+    t1 >>= np.uint32(8)
+    t1 &= _LANES
+    np.right_shift(start, np.uint32(8), out=t2)
+    t2 &= _LANES
+    t2 *= np.uint32(256 - wq)
+    np.right_shift(end, np.uint32(8), out=out)
+    out &= _LANES
+    out *= np.uint32(wq)
+    out += t2
+    out += np.uint32(0x00800080)
+    out &= ~_LANES
+    out |= t1
+
+
+_APPLY_BLOCK = 1 << 16  # pixels per step of apply_ramped
+
+
+def _look(lut: "ColorLUT | None", words: np.ndarray, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if lut is None:
+        np.copyto(out, words)
+    else:  # indices are in range by construction (masked); "wrap" skips numpy's checking pass
+        np.take(lut.table, idx, out=out, mode="wrap")
+    return out
+
+
 def apply_ramped(
-    frames: np.ndarray, lut_start: ColorLUT | None, lut_end: ColorLUT | None, ramp: bool
+    frames: np.ndarray, lut_start: ColorLUT | None, lut_end: ColorLUT | None, ramp: bool, out: np.ndarray | None = None
 ) -> np.ndarray:
     """Correct a segment `(T, H, W, 3|4)` uint8: frame j mixes `lut_start` and `lut_end` outputs
     with weight j / (T - 1) (a linear ramp), or uses `lut_end` alone when `ramp` is off.
-    `None` stands for the identity. Returns an array of the input's shape."""
+    `None` stands for the identity. Returns an array of the input's shape (the input itself when
+    both are the identity); `out`, for RGB0 input, is where to write it (default: a new array).
+
+    Per frame: one index computation, one gather per table, and the 8-bit fixed-point mix
+    (`(start * (256 - w) + end * w + 128) >> 8` per byte) on packed words."""
     T = len(frames)
     if lut_end is None and (lut_start is None or not ramp):
         return frames
     channels = frames.shape[-1]
     x = to_rgb0(frames)
-    words = x.view(np.uint32)[..., 0]  # (T, H, W)
-    out = np.empty_like(x)
-    out_words = out.view(np.uint32)[..., 0]
-    ident_words = words
+    if out is None or channels != 4:
+        out = np.empty_like(x)
+    # packed words, flattened per frame and cut into cache-sized pieces (~256 KiB per buffer)
+    words = x.view(np.uint32).reshape(T, -1)
+    out_words = out.view(np.uint32).reshape(T, -1)
+    n = words.shape[1]
+    step = min(n, _APPLY_BLOCK)
+    idx, s, e, t1, t2 = (np.empty(step, np.uint32) for _ in range(5))
     for j in range(T):
         w = j / (T - 1) if (ramp and T > 1) else 1.0
         wq = int(round(w * 256))  # 8-bit fixed-point mix weight
-        end = lut_end.lookup(words[j], out=out_words[j]) if lut_end is not None else ident_words[j]
         if wq >= 256 or lut_start is lut_end:
-            if lut_end is None:
-                out_words[j] = ident_words[j]
-            continue
-        start = lut_start.lookup(words[j]) if lut_start is not None else ident_words[j]
-        if wq <= 0:
-            out_words[j] = start
-            continue
-        a = start.view(np.uint8).astype(np.uint16)
-        b = end.view(np.uint8).astype(np.uint16)
-        a *= 256 - wq
-        b *= wq
-        a += b
-        a += 128
-        a >>= 8
-        out[j] = a.reshape(out[j].shape).astype(np.uint8)
+            lut, mix = lut_end, False
+        elif wq <= 0:
+            lut, mix = lut_start, False
+        else:
+            mix = True
+        for p in range(0, n, step):
+            src, dst = words[j, p : p + step], out_words[j, p : p + step]
+            k = len(src)
+            i = idx[:k]
+            np.right_shift(src, np.uint32(1), out=i)
+            i &= _LUT_INDEX_MASK
+            if not mix:
+                _look(lut, src, i, dst)
+            else:
+                a = _look(lut_start, src, i, s[:k])
+                b = _look(lut_end, src, i, e[:k])
+                _mix_words(a, b, wq, dst, t1[:k], t2[:k])
     return out if channels == 4 else np.ascontiguousarray(out[..., :3])
 
 
@@ -503,29 +549,44 @@ def smoothstep_weights(n: int) -> np.ndarray:
     return x * x * (3 - 2 * x)
 
 
-def crossfade(outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear") -> np.ndarray:
+def _linear_mix_table(w: np.float32) -> np.ndarray:
+    """`(256 * 256,)` uint8: entry `a << 8 | b` is codes a, b mixed in linear light with weight w
+    of b, by exactly the float32 arithmetic of a per-pixel mix (so results are identical)."""
+    la, lb = _U8_TO_LINEAR32[:, None], _U8_TO_LINEAR32[None, :]
+    mixed = la + (lb - la) * w
+    return _LINEAR_TO_U8[np.clip(np.round(mixed * 65535), 0, 65535).astype(np.int32)].reshape(-1)
+
+
+def crossfade(outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear", out: np.ndarray | None = None) -> np.ndarray:
     """Blend two views of the same O moments `(O, H, W, C)` uint8 with smoothstep weights, in
-    linear light or in CIELAB. The 4th byte of RGB0 input passes through as zero."""
+    linear light or in CIELAB. The 4th byte of RGB0 input passes through as zero. `out` (may be
+    `incoming` itself) receives the result; by default a new array."""
     n = len(outgoing)
+    if out is None:
+        out = np.empty_like(outgoing)
     if n == 0:
-        return outgoing.copy()
-    w = smoothstep_weights(n).astype(np.float32)[:, None, None, None]
-    a, b = outgoing[..., :3], incoming[..., :3]
+        return out
+    w = smoothstep_weights(n).astype(np.float32)
     if space == "linear":
-        la, lb = _U8_TO_LINEAR32[a], _U8_TO_LINEAR32[b]
-        mixed = la + (lb - la) * w
-        rgb = _LINEAR_TO_U8[np.clip(np.round(mixed * 65535), 0, 65535).astype(np.int32)]
+        # per frame one 64k-entry table (a << 8 | b -> mixed code) and one gather per byte,
+        # instead of float32 linear light per pixel: ~5x less work, identical codes
+        idx = np.empty(outgoing.shape[1:], np.uint16)
+        for j in range(n):
+            np.left_shift(outgoing[j], 8, out=idx, dtype=np.uint16)
+            idx |= incoming[j]
+            np.take(_linear_mix_table(w[j]), idx, out=out[j])
+        if out.shape[-1] == 4:
+            out[..., 3] = 0
     elif space == "lab":
+        a, b = outgoing[..., :3], incoming[..., :3]
         la, lb = linear_to_lab(_U8_TO_LINEAR32[a]), linear_to_lab(_U8_TO_LINEAR32[b])
-        lin = np.clip(lab_to_linear(la + (lb - la) * w), 0.0, 1.0)
-        rgb = _LINEAR_TO_U8[np.round(lin * 65535).astype(np.int32)]
+        lin = np.clip(lab_to_linear(la + (lb - la) * w[:, None, None, None]), 0.0, 1.0)
+        out[..., :3] = _LINEAR_TO_U8[np.round(lin * 65535).astype(np.int32)]
+        if out.shape[-1] == 4:
+            out[..., 3] = 0
     else:
         raise ValueError(f"`blend_space` must be one of {', '.join(BLEND_SPACES)}, got {space!r}")
-    if outgoing.shape[-1] == 4:
-        out = np.zeros_like(outgoing)
-        out[..., :3] = rgb
-        return out
-    return rgb
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
