@@ -175,6 +175,65 @@ def _subsample(frames: np.ndarray, stride: int) -> np.ndarray:
     return frames[:, o::stride, o::stride, :3]
 
 
+_RGB2XYZN = _RGB2XYZ / _WHITE_D65[:, None]  # linear RGB -> XYZ / white
+# XYZ / white of a pixel = _XYZ_RG[:, r | g << 8] + _XYZ_B[:, b]: two gathers from small
+# (L2-resident) tables per channel instead of three gathers and a 3x3 product
+_XYZ_RG = (_RGB2XYZN[:, :1, None] * _U8_TO_LINEAR[None, None, :] + _RGB2XYZN[:, 1:2, None] * _U8_TO_LINEAR[None, :, None]).reshape(3, -1).astype(np.float32)
+_XYZ_B = (_RGB2XYZN[:, 2:3] * _U8_TO_LINEAR[None, :]).astype(np.float32)
+_STATS_BLOCK = 1 << 16  # pixels per step of the statistics (cache-sized)
+
+
+def _lab_moments(frames: np.ndarray, stride: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame CIELAB mean `(T, 3)` and covariance `(T, 3, 3)` (float64) of the strided
+    subsample of `(T, H, W, 3|4)` uint8 frames. Works on packed pixels in cache-sized blocks of
+    frames, planar (reductions run along contiguous memory), float32 LAB, float64 moments."""
+    s = stride or auto_stride(frames.shape[1], frames.shape[2])
+    o = s // 2
+    T = len(frames)
+    if frames.shape[-1] == 4:
+        packed = frames.view(np.uint32)[..., 0][:, o::s, o::s]  # (T, h, w) strided view
+    else:
+        packed = frames[:, o::s, o::s, 0]
+    P = packed.shape[1] * packed.shape[2]
+    mean, cov = np.empty((T, 3)), np.empty((T, 3, 3))
+    chunk = max(1, _STATS_BLOCK // max(P, 1))
+    for t0 in range(0, T, chunk):
+        t1 = min(T, t0 + chunk)
+        if frames.shape[-1] == 4:
+            words = np.ascontiguousarray(packed[t0:t1]).reshape(-1)
+        else:
+            sub = frames[t0:t1, o::s, o::s]
+            words = sub[..., 0].astype(np.uint32).reshape(-1)
+            words |= sub[..., 1].reshape(-1).astype(np.uint32) << np.uint32(8)
+            words |= sub[..., 2].reshape(-1).astype(np.uint32) << np.uint32(16)
+        rg = words & np.uint32(0xFFFF)
+        bb = words >> np.uint32(16)
+        bb &= np.uint32(0xFF)
+        n = len(words)
+        xyz = np.empty((3, n), np.float32)
+        tmp = np.empty(n, np.float32)
+        for c in range(3):
+            np.take(_XYZ_RG[c], rg, out=xyz[c], mode="wrap")
+            xyz[c] += np.take(_XYZ_B[c], bb, out=tmp, mode="wrap")
+        f = np.cbrt(xyz)
+        dark = xyz <= np.float32(_EPS)
+        if dark.any():
+            np.copyto(f, xyz * np.float32(_KAPPA / 116) + np.float32(16 / 116), where=dark)
+        lab = np.empty((t1 - t0, 3, P), np.float32)  # frame-major: per-frame 3xP blocks
+        fx, fy, fz = (v.reshape(t1 - t0, P) for v in f)
+        np.multiply(fy, np.float32(116), out=lab[:, 0])
+        lab[:, 0] -= np.float32(16)
+        np.subtract(fx, fy, out=lab[:, 1])
+        lab[:, 1] *= np.float32(500)
+        np.subtract(fy, fz, out=lab[:, 2])
+        lab[:, 2] *= np.float32(200)
+        m = lab.mean(2, dtype=np.float64)  # (t, 3)
+        lab -= m.astype(np.float32)[:, :, None]
+        mean[t0:t1] = m
+        cov[t0:t1] = np.matmul(lab, lab.transpose(0, 2, 1)) / np.float32(P)
+    return mean, cov
+
+
 def frame_lab_stats(frames: np.ndarray, stride: int | None = None) -> np.ndarray:
     """Per-frame CIELAB mean and std: `(T, 6)` = (L, a, b means, L, a, b stds), on a subsample."""
     frames = np.asarray(frames)
@@ -182,10 +241,9 @@ def frame_lab_stats(frames: np.ndarray, stride: int | None = None) -> np.ndarray
         frames = frames[None]
     if len(frames) == 0:
         return np.zeros((0, 6))
-    s = stride or auto_stride(frames.shape[1], frames.shape[2])
-    sub = _subsample(frames, s)
-    lab = linear_to_lab(_U8_TO_LINEAR32[sub]).reshape(len(frames), -1, 3)  # (T, P, 3) float32
-    return np.concatenate([lab.mean(1, dtype=np.float64), lab.std(1, dtype=np.float64)], axis=1)
+    mean, cov = _lab_moments(frames, stride)
+    std = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
+    return np.concatenate([mean, std], axis=1)
 
 
 @dataclass
@@ -202,11 +260,16 @@ class LabStats:
         frames = np.asarray(frames)
         if frames.ndim == 3:
             frames = frames[None]
-        s = stride or auto_stride(frames.shape[1], frames.shape[2])
-        lab = linear_to_lab(_U8_TO_LINEAR32[_subsample(frames, s)]).reshape(-1, 3).astype(np.float64)
-        mean = lab.mean(0)
-        cov = np.cov(lab, rowvar=False, bias=True)
-        return cls(mean=mean, std=np.sqrt(np.maximum(np.diag(cov), 0.0)), cov=cov)
+        return cls.of_moments(*_lab_moments(frames, stride))
+
+    @classmethod
+    def of_moments(cls, mean: np.ndarray, cov: np.ndarray) -> "LabStats":
+        """Pool per-frame means `(T, 3)` and covariances `(T, 3, 3)` of equal-size frames (the law
+        of total covariance: the mean within-frame covariance plus that of the frame means)."""
+        m = mean.mean(0)
+        d = mean - m
+        c = cov.mean(0) + d.T @ d / len(mean)
+        return cls(mean=m, std=np.sqrt(np.maximum(np.diag(c), 0.0)), cov=c)
 
     def to_dict(self) -> dict:
         return {"mean": self.mean.copy(), "std": self.std.copy(), "cov": self.cov.copy()}
