@@ -444,9 +444,12 @@ def _lut_grid() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         k = np.arange(_LUT_LEVELS)
         centre = (2 * k + 0.5).astype(np.float64)  # codes 2k and 2k+1 share the bin
         lin = srgb_to_linear(centre / 255.0)
-        b, g, r = np.meshgrid(k, k, k, indexing="ij")
-        rgb_lin = np.stack([lin[r.ravel()], lin[g.ravel()], lin[b.ravel()]])  # (3, N)
-        _LUT_CACHE["f"] = np.ascontiguousarray(_lab_f((_RGB2XYZ / _WHITE_D65[:, None]) @ rgb_lin).astype(np.float32))
+        grid = np.empty((3, _LUT_LEVELS**3), np.float32)
+        for i in range(3):  # XYZ / white is a sum of one term per channel: broadcast, no gathers
+            m = _RGB2XYZ[i] / _WHITE_D65[i]
+            t = (m[0] * lin)[None, None, :] + (m[1] * lin)[None, :, None] + (m[2] * lin)[:, None, None]
+            grid[i] = _lab_f(t).reshape(-1)  # index r | g << 7 | b << 14
+        _LUT_CACHE["f"] = grid
         t = _LINEAR_TO_U8.astype(np.uint32)
         _LUT_CACHE["codes"] = (t, t << 8, t << 16)
     return _LUT_CACHE["f"], _LUT_CACHE["codes"]
