@@ -83,7 +83,6 @@ class Stitcher:
         self._held: np.ndarray | None = None  # last O corrected frames of the previous segment
         self._anchor: LabStats | None = None
         self._prev: ColorTransform | None = None  # transform at the end of the previous segment
-        self._prev_lut: ColorLUT | None = None  # its LUT, cached (rebuilt after load_state_dict)
         self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
         self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
         self._latent_segments = 0  # on_latents() calls in the current shot
@@ -105,7 +104,6 @@ class Stitcher:
         self._latent_segments = 0
         self._anchor = None
         self._prev = None
-        self._prev_lut = None
         self._tail_stats = None
         self._latent_anchor = None
         self._shot_starts.append(self._emitted)
@@ -174,11 +172,13 @@ class Stitcher:
                 # benchmarks/drift.py, see docs/drift.md ("Correction", step 4).
                 seam = fit_transform(LabStats.of_moments(mean[:k], cov[:k]), self._tail_stats, _SEAM_FIT)
                 start_lut = None if seam.is_identity else ColorLUT(seam)
+            elif cfg.ramp and self._prev is not None and not self._prev.is_identity:
+                start_lut = ColorLUT(self._prev)  # (not reached with the seam fit: tail stats exist)
             else:
-                start_lut = self._prev_lut
+                start_lut = None  # no ramp: the start is not used
             corrected = apply_ramped(frames, start_lut, lut, cfg.ramp, out=frames if inplace else None)
             owned = inplace or corrected is not frames
-            self._prev, self._prev_lut = transform, lut
+            self._prev = transform  # its 32 MiB table is not kept: at most two live per push
             self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
         else:
             if first:
@@ -263,7 +263,6 @@ class Stitcher:
         self._held = None if state["held"] is None else np.array(state["held"], np.uint8)
         self._anchor = None if state["anchor"] is None else LabStats.from_dict(state["anchor"])
         self._prev = None if state["prev_transform"] is None else ColorTransform.from_dict(state["prev_transform"])
-        self._prev_lut = None if self._prev is None or self._prev.is_identity else ColorLUT(self._prev)
         self._tail_stats = None if state["tail_stats"] is None else LabStats.from_dict(state["tail_stats"])
         la = state["latent_anchor"]
         self._latent_anchor = None if la is None else (np.asarray(la[0]), np.asarray(la[1]))
