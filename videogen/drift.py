@@ -478,30 +478,32 @@ class ColorLUT:
         f = np.empty((3, n), np.float32)
         xyz, low, lin = np.empty_like(f), np.empty_like(f), np.empty_like(f)
         dark = np.empty((3, n), bool)
-        idx = np.empty((3, n), np.intp)
-        packed, tmp = np.empty(n, np.uint32), np.empty(n, np.uint32)
-        table = np.zeros((_LUT_LEVELS, 256, 256), np.uint32)  # [b7, g, r]: r7 | g7 << 8 | b7 << 16
+        idx = np.empty((3, n), np.int32)  # int32 + mode="wrap": no index conversion in np.take
         planes = n // (_LUT_LEVELS * _LUT_LEVELS)
+        packed, tmp = np.empty((planes, _LUT_LEVELS, _LUT_LEVELS), np.uint32), np.empty(n, np.uint32)
+        table = np.zeros((_LUT_LEVELS, 256, 256), np.uint32)  # [b7, g, r]: r7 | g7 << 8 | b7 << 16
         for s in range(0, grid.shape[1], n):
             np.matmul(m_f, grid[:, s : s + n], out=f)
-            f += t_f
+            for i in range(3):
+                f[i] += t_f[i, 0]
             np.multiply(f, f, out=xyz)
             xyz *= f  # t = f^3 above the knee ...
-            np.multiply(f, np.float32(116 / _KAPPA), out=low)
-            low -= np.float32(16 / _KAPPA)  # ... (116 f - 16) / kappa below it
             np.less_equal(f, _F_KNEE, out=dark)
-            np.copyto(xyz, low, where=dark)
+            if dark.any():  # only blocks near black
+                np.multiply(f, np.float32(116 / _KAPPA), out=low)
+                low -= np.float32(16 / _KAPPA)  # ... (116 f - 16) / kappa below it
+                np.copyto(xyz, low, where=dark)
             np.matmul(to_lin, xyz, out=lin)
             np.clip(lin, 0, 65535, out=lin)
             np.rint(lin, out=lin)
             idx[...] = lin
-            np.take(code_r, idx[0], out=packed)
-            np.take(code_g, idx[1], out=tmp)
-            packed |= tmp
-            np.take(code_b, idx[2], out=tmp)
-            packed |= tmp
-            b0 = s // (_LUT_LEVELS * _LUT_LEVELS)
-            table[b0 : b0 + planes, :_LUT_LEVELS, :_LUT_LEVELS] = packed.reshape(planes, _LUT_LEVELS, _LUT_LEVELS)
+            flat = packed.reshape(-1)
+            np.take(code_r, idx[0], out=flat, mode="wrap")
+            np.take(code_g, idx[1], out=tmp, mode="wrap")
+            flat |= tmp
+            np.take(code_b, idx[2], out=tmp, mode="wrap")
+            b0 = s // (_LUT_LEVELS * _LUT_LEVELS)  # the last OR writes straight into the table
+            np.bitwise_or(packed, tmp.reshape(packed.shape), out=table[b0 : b0 + planes, :_LUT_LEVELS, :_LUT_LEVELS])
         self.table = table.reshape(-1)
 
     def lookup(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
