@@ -167,6 +167,7 @@ def main() -> None:
     ap.add_argument("--size", default="832x480")
     ap.add_argument("--quick", action="store_true", help="6 segments x 33 frames at 320x192")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of drift fix (median reported)")
+    ap.add_argument("--preset", default=None, help="x264 preset for the timed drift fix (default: the CLI's)")
     args = ap.parse_args()
     if args.quick:
         args.segments, args.seg, args.size = 6, 33, "320x192"
@@ -183,7 +184,7 @@ def main() -> None:
 
         drift_main(["fix", str(raw), "--segment-frames", str(args.seg), "--overlap", str(args.overlap),
                     "--mode", "off", "-o", str(plain), "--no-report"])  # fmt: skip
-        runs = [fix_run(raw, fixed, args.seg, args.overlap) for _ in range(args.repeat)]
+        runs = [fix_run(raw, fixed, args.seg, args.overlap, args.preset) for _ in range(args.repeat)]
         frames_in = args.segments * args.seg
         fps_runs = [frames_in / r["seconds"] for r in runs]
         rss_long = max(r["rss_mib"] for r in runs)
@@ -230,6 +231,7 @@ def main() -> None:
         "fix_cpu_ms_per_frame": {"python": round(1000 * float(np.median([r["cpu_python"] for r in runs])) / frames_in, 2),
                                  "ffmpeg": round(1000 * float(np.median([r["cpu_ffmpeg"] for r in runs])) / frames_in, 2)},
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "fix_preset": args.preset or "superfast (default)",
     }  # fmt: skip
     if f"fix_fps_{w}x{h}" != "fix_fps_832x480":
         result["fix_fps_832x480"] = None  # measured only at the full size
