@@ -8,8 +8,9 @@ chained video whose segments of N frames were concatenated as generated: with `-
 each segment's first M frames repeat the moments of the previous segment's last M (the output is
 then crossfaded and M frames shorter per seam); with M = 0 (default) seams are hard cuts and the
 frame count is kept. The video streams through the same `Stitcher` the render loop uses:
-a decoder thread, the stitcher on packed RGB0 words, an encoder thread; memory holds about one
-segment whatever the video's length. The drift report of the output is written next to it.
+a decoder thread reading into one of three cycled segment buffers, the stitcher correcting that
+buffer in place on packed RGB0 words, an encoder thread writing from it; memory is those three
+buffers whatever the video's length. The drift report of the output is written next to it.
 
 Errors are `ValueError` / `VideoIOError` with one line naming the option; `main()` prints
 `videogen: error: <msg>` and returns 2, as the main CLI does. No partial output is left behind.
