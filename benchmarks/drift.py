@@ -8,7 +8,7 @@ Segment k carries drift compounded k times: -4% light (linear light), a warm tin
 -1.5% blue in linear light) and -2% contrast (around mid-grey, sRGB), i.e. each segment a little
 darker and warmer than the last; after 24 segments the light is 0.96^24 = 0.38 of the original.
 
-    PYTHONPATH=. python benchmarks/drift.py            # 24 x 81 frames at 832x480, ~1 min
+    PYTHONPATH=. python benchmarks/drift.py            # 24 x 81 frames at 832x480, ~2 min
     PYTHONPATH=. python benchmarks/drift.py --quick    # small, for a smoke run
 
 The last line is one JSON object (see `main`).
@@ -129,19 +129,34 @@ def measure(path: Path, segments: int, seg: int, overlap: int) -> dict:
     return {"report": rep, "dL_end": last[0] - first[0]}
 
 
-def fix_rss(video: Path, out: Path, seg: int, overlap: int) -> tuple[float, float]:
-    """Run `drift fix` in a fresh process; returns (seconds, peak RSS MiB of that process)."""
+def fix_run(video: Path, out: Path, seg: int, overlap: int, preset: str | None = None) -> dict:
+    """Run `drift fix` in a fresh process: wall seconds, peak RSS (MiB) and CPU seconds of that
+    process (all its threads) and of its ffmpeg children (decoder + encoder)."""
+    extra = f",'--preset',{preset!r}" if preset else ""
     code = (
         "import resource,sys,time; from videogen.drift_cli import main; t=time.perf_counter();"
-        f"rc=main(['fix',{str(video)!r},'--segment-frames','{seg}','--overlap','{overlap}','-o',{str(out)!r},'--no-report']);"
-        "print('RESULT', time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024); sys.exit(rc)"
+        f"rc=main(['fix',{str(video)!r},'--segment-frames','{seg}','--overlap','{overlap}','-o',{str(out)!r},'--no-report'{extra}]);"
+        "s=resource.getrusage(resource.RUSAGE_SELF); c=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print('RESULT', time.perf_counter()-t, s.ru_maxrss/1024, s.ru_utime+s.ru_stime, c.ru_utime+c.ru_stime); sys.exit(rc)"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise RuntimeError(res.stderr)
     line = [x for x in res.stdout.splitlines() if x.startswith("RESULT")][-1].split()
-    return float(line[1]), float(line[2])
+    return {"seconds": float(line[1]), "rss_mib": float(line[2]), "cpu_python": float(line[3]), "cpu_ffmpeg": float(line[4])}
+
+
+def fix_rss(video: Path, out: Path, seg: int, overlap: int) -> tuple[float, float]:
+    """Run `drift fix` in a fresh process; returns (seconds, peak RSS MiB of that process)."""
+    r = fix_run(video, out, seg, overlap)
+    return r["seconds"], r["rss_mib"]
+
+
+def flicker_per_contrast(rep) -> float:
+    """Flicker / (mean per-frame L* std)^2: flicker scales with the square of contrast, so a
+    chain whose drift compresses contrast flickers less in absolute terms; this ratio does not."""
+    return rep.flicker / max(float(np.mean(rep.frame_std[:, 0])) ** 2, 1e-9)
 
 
 def main() -> None:
@@ -151,6 +166,8 @@ def main() -> None:
     ap.add_argument("--overlap", type=int, default=8)
     ap.add_argument("--size", default="832x480")
     ap.add_argument("--quick", action="store_true", help="6 segments x 33 frames at 320x192")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of drift fix (median reported)")
+    ap.add_argument("--preset", default=None, help="x264 preset for the timed drift fix (default: the CLI's)")
     args = ap.parse_args()
     if args.quick:
         args.segments, args.seg, args.size = 6, 33, "320x192"
@@ -167,12 +184,18 @@ def main() -> None:
 
         drift_main(["fix", str(raw), "--segment-frames", str(args.seg), "--overlap", str(args.overlap),
                     "--mode", "off", "-o", str(plain), "--no-report"])  # fmt: skip
-        secs, rss_long = fix_rss(raw, fixed, args.seg, args.overlap)
+        runs = [fix_run(raw, fixed, args.seg, args.overlap, args.preset) for _ in range(args.repeat)]
         frames_in = args.segments * args.seg
-        # peak RSS for a chain half as long
-        half = tmp / "half.mp4"
-        write_chain(half, scene, args.segments // 2, args.seg, args.overlap)
-        _, rss_half = fix_rss(half, tmp / "half_fixed.mp4", args.seg, args.overlap)
+        fps_runs = [frames_in / r["seconds"] for r in runs]
+        rss_long = max(r["rss_mib"] for r in runs)
+        # peak RSS for chains a half and a quarter as long: flat if memory does not grow with length
+        rss_short = {}
+        for n in (args.segments // 4, args.segments // 2):
+            if n >= 2:
+                short = tmp / f"short{n}.mp4"
+                write_chain(short, scene, n, args.seg, args.overlap)
+                rss_short[n] = fix_run(short, tmp / f"short{n}_fixed.mp4", args.seg, args.overlap)["rss_mib"]
+        rss_half = rss_short.get(args.segments // 2, float("nan"))
         # the undrifted chain, stitched the same way: the floor of seam jump and flicker
         orig, orig_plain = tmp / "orig.mp4", tmp / "orig_plain.mp4"
         write_chain(orig, scene, args.segments, args.seg, args.overlap, drift=False)
@@ -182,6 +205,9 @@ def main() -> None:
         un = measure(plain, args.segments, args.seg, args.overlap)
         co = measure(fixed, args.segments, args.seg, args.overlap)
     ru, rc = un["report"], co["report"]
+    print(f"drift fix: {' '.join(f'{f:.0f}' for f in fps_runs)} frames/s over {args.repeat} runs; CPU per frame: "
+          f"python {1000 * np.median([r['cpu_python'] for r in runs]) / frames_in:.2f} ms, "
+          f"ffmpeg {1000 * np.median([r['cpu_ffmpeg'] for r in runs]) / frames_in:.2f} ms", file=sys.stderr)  # fmt: skip
     print(f"peak RSS of drift fix: {rss_half:.0f} MiB ({args.segments // 2} segments), {rss_long:.0f} MiB ({args.segments})", file=sys.stderr)
     print(f"uncorrected: dL_end {un['dL_end']:+.2f} dE76 mean {ru.dE76_mean:.2f} seam max {ru.seam_jump_max:.2f}", file=sys.stderr)
     print(f"corrected:   dL_end {co['dL_end']:+.2f} dE76 mean {rc.dE76_mean:.2f} seam max {rc.seam_jump_max:.2f}", file=sys.stderr)
@@ -193,11 +219,20 @@ def main() -> None:
         "seam_jump_p95_corrected": round(float(np.percentile(rc.seam_jumps, 95)), 3) if rc.seam_jumps else 0.0,
         "flicker_uncorrected": round(ru.flicker, 5),
         "flicker_corrected": round(rc.flicker, 5),
-        f"fix_fps_{w}x{h}": round(frames_in / secs, 1),
+        f"fix_fps_{w}x{h}": round(float(np.median(fps_runs)), 1),
         "flicker_undrifted": round(og.flicker, 5),
         "seam_jump_p95_undrifted": round(float(np.percentile(og.seam_jumps, 95)), 3) if og.seam_jumps else 0.0,
-        "peak_rss_mib": {f"{args.segments // 2}_segments": round(rss_half), f"{args.segments}_segments": round(rss_long)},
-    }
+        "peak_rss_mib": {**{f"{n}_segments": round(v) for n, v in rss_short.items()}, f"{args.segments}_segments": round(rss_long)},
+        # flicker / (mean L* std)^2, x1e6: contrast-independent (see flicker_per_contrast)
+        "flicker_per_contrast_e6": {"uncorrected": round(flicker_per_contrast(ru) * 1e6, 2),
+                                    "corrected": round(flicker_per_contrast(rc) * 1e6, 2),
+                                    "undrifted": round(flicker_per_contrast(og) * 1e6, 2)},
+        "fix_fps_runs": [round(f, 1) for f in fps_runs],
+        "fix_cpu_ms_per_frame": {"python": round(1000 * float(np.median([r["cpu_python"] for r in runs])) / frames_in, 2),
+                                 "ffmpeg": round(1000 * float(np.median([r["cpu_ffmpeg"] for r in runs])) / frames_in, 2)},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "fix_preset": args.preset or "superfast (default)",
+    }  # fmt: skip
     if f"fix_fps_{w}x{h}" != "fix_fps_832x480":
         result["fix_fps_832x480"] = None  # measured only at the full size
     print(json.dumps(result))

@@ -169,3 +169,54 @@ def test_seam_jump_is_the_seam_step_over_the_in_segment_p95():
     assert rep.seam_jumps[0] == pytest.approx(3.1 / 0.1, rel=1e-3)
     assert rep.segments[1].dE76 == pytest.approx(5.0)
     assert rep.segments[0].dE76 == pytest.approx(0.0, abs=1e-9)
+
+
+def test_lut_apply_and_mix_equal_the_per_byte_reference():
+    """The packed-word lane mix equals `(start * (256 - w) + end * w + 128) >> 8` per byte, any
+    4th byte included; 3-channel input gives the same RGB as RGB0 input."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (7, 16, 24, 4), dtype=np.uint8)  # a junk 4th byte
+    s = ColorLUT(ColorTransform(np.diag([1.1, 0.95, 1.05]), np.array([3.0, 1.0, -2.0])))
+    e = ColorLUT(ColorTransform(np.diag([0.9, 1.05, 1.0]), np.array([-3.0, 2.0, 1.0])))
+    words = x.view(np.uint32)[..., 0]
+    idx = (words >> 1) & 0x7F7F7F
+    for start, end in [(s, e), (None, e), (s, None)]:
+        got = apply_ramped(x, start, end, ramp=True)
+        a = (start.table[idx] if start else words).view(np.uint8).reshape(x.shape).astype(int)
+        b = (end.table[idx] if end else words).view(np.uint8).reshape(x.shape).astype(int)
+        wq = np.array([round(j / 6 * 256) for j in range(7)])[:, None, None, None]
+        assert np.array_equal(got, ((a * (256 - wq) + b * wq + 128) >> 8).astype(np.uint8))
+        assert np.array_equal(apply_ramped(np.ascontiguousarray(x[..., :3]), start, end, ramp=True), got[..., :3])
+    buf = x.copy()  # in place (out=frames) gives the same
+    assert np.array_equal(apply_ramped(buf, s, e, ramp=True, out=buf), apply_ramped(x, s, e, ramp=True))
+
+
+def test_linear_crossfade_equals_the_per_pixel_float_mix():
+    from videogen.drift import _LINEAR_TO_U8, _U8_TO_LINEAR32, smoothstep_weights
+
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 256, (2, 5, 8, 8, 3), dtype=np.uint8)
+    w = smoothstep_weights(5).astype(np.float32)[:, None, None, None]
+    la, lb = _U8_TO_LINEAR32[a], _U8_TO_LINEAR32[b]
+    ref = _LINEAR_TO_U8[np.clip(np.round((la + (lb - la) * w) * 65535), 0, 65535).astype(np.int32)]
+    assert np.array_equal(crossfade(a, b, "linear"), ref)
+    a4, b4 = (np.concatenate([v, np.full((*v.shape[:3], 1), 77, np.uint8)], -1) for v in (a, b))
+    got4 = crossfade(a4, b4, "linear", out=b4)  # in place over the incoming frames
+    assert got4 is b4 and np.array_equal(got4[..., :3], ref) and not got4[..., 3].any()
+
+
+def test_frame_stats_match_lab_of_the_subsampled_pixels():
+    from videogen.drift import frame_lab_stats
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)
+    x[1] //= 16  # dark pixels: the linear branch of f
+    lab = rgb_to_lab(x[:, 1::3, 1::3]).reshape(3, -1, 3)
+    got = frame_lab_stats(x, stride=3)
+    assert np.allclose(got[:, :3], lab.mean(1), atol=1e-3) and np.allclose(got[:, 3:], lab.std(1), atol=1e-3)
+    x4 = np.concatenate([x, np.full((*x.shape[:3], 1), 200, np.uint8)], -1)
+    assert np.allclose(frame_lab_stats(x4, stride=3), got, atol=1e-9)
+    pooled = LabStats.of_frames(x, stride=3)
+    flat = lab.reshape(-1, 3)
+    assert np.allclose(pooled.mean, flat.mean(0), atol=1e-3)
+    assert np.allclose(pooled.cov, np.cov(flat, rowvar=False, bias=True), atol=1e-2)

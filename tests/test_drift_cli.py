@@ -90,3 +90,33 @@ def test_unreadable_video_fails_clearly_without_output(tmp_path, capsys, content
 def test_missing_video_fails_clearly(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope.mp4")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_fix_stream_equals_the_in_memory_stitcher_and_reuses_its_buffers(chained, tmp_path, monkeypatch):
+    """The streamed path (decoder into cycled RGB0 buffers, in-place stitching, encoder thread)
+    writes exactly the frames of pushing the decoded segments through a Stitcher in memory."""
+    import videogen.drift_cli as cli
+    from videogen.drift import DriftConfig
+    from videogen.stitch import Stitcher
+
+    reader = VideoReader(chained, decode_count=False)
+    assert reader.info.num_frames == 3 * SEG  # packets counted without decoding
+    n = SEG - 4  # 6 segments (the last short) through 3 buffers: every buffer is reused
+    bufs = []
+    segs = [s.copy() for s in reader.iter_into(lambda: bufs.append(np.empty((n, H, W, 4), np.uint8)) or bufs[-1])]
+    assert [len(s) for s in segs] == [n] * 5 + [3 * SEG - 5 * n]
+    st = Stitcher(1, DriftConfig())
+    want = np.concatenate([st.push(s[..., :3].copy()) for s in segs] + [st.flush()])
+
+    class Capture(VideoWriter):  # the real writer, plus a copy of every frame written
+        frames: list = []
+
+        def write(self, frames):
+            Capture.frames.append(np.array(frames[..., :3]))
+            super().write(frames)
+
+    monkeypatch.setattr(cli, "VideoWriter", Capture)
+    counts = {}
+    written = cli.fix_stream(reader, Stitcher(1, DriftConfig()), tmp_path / "s.mp4", n, preset="ultrafast", counts=counts)
+    assert cli.SEGMENT_BUFFERS < 6 and counts["frames_in"] == 3 * SEG
+    assert written == len(want) and np.array_equal(np.concatenate(Capture.frames), want)

@@ -63,3 +63,14 @@ def test_unwritable_output_paths_are_caught_before_work(tmp_path):
         check_output_path(tmp_path / "no" / "such" / "dir.mp4")
     with pytest.raises(ValueError, match="is a directory"):
         check_output_path(tmp_path)
+
+
+def test_packet_count_probe_equals_the_decoded_count_and_iter_into_fills_buffers(tmp_path):
+    path = tmp_path / "v.mp4"
+    with VideoWriter(path, 64, 48, 16) as w:
+        w.write(_gradient_frames(23))
+    assert probe(path, decode=False) == probe(path)
+    back = VideoReader(path).read_all()
+    buf = np.empty((10, 48, 64, 3), np.uint8)
+    got = [c.copy() for c in VideoReader(path).iter_into(lambda: buf, "rgb24")]
+    assert [len(c) for c in got] == [10, 10, 3] and np.array_equal(np.concatenate(got), back)

@@ -175,6 +175,25 @@ def test_state_dict_round_trip_continues_identically():
     assert st2.report().to_json() == ref.report().to_json()
 
 
+@pytest.mark.parametrize("mode, overlap", [("lab-meanstd", 4), ("lab-meanstd", 0), ("off", 4)])
+def test_inplace_rgb0_push_equals_the_copying_rgb3_push(mode, overlap):
+    """`push(inplace=True)` on RGB0 buffers (drift fix) gives the same frames as the plain push on
+    RGB; the plain push never writes into its input."""
+    segs = chain(4, 17, overlap)
+    before = [s.copy() for s in segs]
+    plain = run(Stitcher(overlap, DriftConfig(mode=mode)), segs)
+    assert all(np.array_equal(a, b) for a, b in zip(segs, before))
+    st, out = Stitcher(overlap, DriftConfig(mode=mode)), []
+    for seg in segs:
+        buf = np.zeros((*seg.shape[:3], 4), np.uint8)
+        buf[..., :3] = seg
+        got = st.push(buf, inplace=True)
+        assert got.base is buf or got is buf or len(got) == 0 or np.shares_memory(got, buf)
+        out.append(got[..., :3].copy())
+    out.append(st.flush()[..., :3])
+    assert np.array_equal(np.concatenate(out), plain)
+
+
 def test_reference_image_anchors_the_first_segment_too():
     segs = chain(2, 17, 0, drift=False)
     ref = np.clip(segs[0][0].astype(int) + 40, 0, 255).astype(np.uint8)  # a brighter reference

@@ -175,6 +175,65 @@ def _subsample(frames: np.ndarray, stride: int) -> np.ndarray:
     return frames[:, o::stride, o::stride, :3]
 
 
+_RGB2XYZN = _RGB2XYZ / _WHITE_D65[:, None]  # linear RGB -> XYZ / white
+# XYZ / white of a pixel = _XYZ_RG[:, r | g << 8] + _XYZ_B[:, b]: two gathers from small
+# (L2-resident) tables per channel instead of three gathers and a 3x3 product
+_XYZ_RG = (_RGB2XYZN[:, :1, None] * _U8_TO_LINEAR[None, None, :] + _RGB2XYZN[:, 1:2, None] * _U8_TO_LINEAR[None, :, None]).reshape(3, -1).astype(np.float32)
+_XYZ_B = (_RGB2XYZN[:, 2:3] * _U8_TO_LINEAR[None, :]).astype(np.float32)
+_STATS_BLOCK = 1 << 16  # pixels per step of the statistics (cache-sized)
+
+
+def _lab_moments(frames: np.ndarray, stride: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame CIELAB mean `(T, 3)` and covariance `(T, 3, 3)` (float64) of the strided
+    subsample of `(T, H, W, 3|4)` uint8 frames. Works on packed pixels in cache-sized blocks of
+    frames, planar (reductions run along contiguous memory), float32 LAB, float64 moments."""
+    s = stride or auto_stride(frames.shape[1], frames.shape[2])
+    o = s // 2
+    T = len(frames)
+    if frames.shape[-1] == 4:
+        packed = frames.view(np.uint32)[..., 0][:, o::s, o::s]  # (T, h, w) strided view
+    else:
+        packed = frames[:, o::s, o::s, 0]
+    P = packed.shape[1] * packed.shape[2]
+    mean, cov = np.empty((T, 3)), np.empty((T, 3, 3))
+    chunk = max(1, _STATS_BLOCK // max(P, 1))
+    for t0 in range(0, T, chunk):
+        t1 = min(T, t0 + chunk)
+        if frames.shape[-1] == 4:
+            words = np.ascontiguousarray(packed[t0:t1]).reshape(-1)
+        else:
+            sub = frames[t0:t1, o::s, o::s]
+            words = sub[..., 0].astype(np.uint32).reshape(-1)
+            words |= sub[..., 1].reshape(-1).astype(np.uint32) << np.uint32(8)
+            words |= sub[..., 2].reshape(-1).astype(np.uint32) << np.uint32(16)
+        rg = words & np.uint32(0xFFFF)
+        bb = words >> np.uint32(16)
+        bb &= np.uint32(0xFF)
+        n = len(words)
+        xyz = np.empty((3, n), np.float32)
+        tmp = np.empty(n, np.float32)
+        for c in range(3):
+            np.take(_XYZ_RG[c], rg, out=xyz[c], mode="wrap")
+            xyz[c] += np.take(_XYZ_B[c], bb, out=tmp, mode="wrap")
+        f = np.cbrt(xyz)
+        dark = xyz <= np.float32(_EPS)
+        if dark.any():
+            np.copyto(f, xyz * np.float32(_KAPPA / 116) + np.float32(16 / 116), where=dark)
+        lab = np.empty((t1 - t0, 3, P), np.float32)  # frame-major: per-frame 3xP blocks
+        fx, fy, fz = (v.reshape(t1 - t0, P) for v in f)
+        np.multiply(fy, np.float32(116), out=lab[:, 0])
+        lab[:, 0] -= np.float32(16)
+        np.subtract(fx, fy, out=lab[:, 1])
+        lab[:, 1] *= np.float32(500)
+        np.subtract(fy, fz, out=lab[:, 2])
+        lab[:, 2] *= np.float32(200)
+        m = lab.mean(2, dtype=np.float64)  # (t, 3)
+        lab -= m.astype(np.float32)[:, :, None]
+        mean[t0:t1] = m
+        cov[t0:t1] = np.matmul(lab, lab.transpose(0, 2, 1)) / np.float32(P)
+    return mean, cov
+
+
 def frame_lab_stats(frames: np.ndarray, stride: int | None = None) -> np.ndarray:
     """Per-frame CIELAB mean and std: `(T, 6)` = (L, a, b means, L, a, b stds), on a subsample."""
     frames = np.asarray(frames)
@@ -182,10 +241,9 @@ def frame_lab_stats(frames: np.ndarray, stride: int | None = None) -> np.ndarray
         frames = frames[None]
     if len(frames) == 0:
         return np.zeros((0, 6))
-    s = stride or auto_stride(frames.shape[1], frames.shape[2])
-    sub = _subsample(frames, s)
-    lab = linear_to_lab(_U8_TO_LINEAR32[sub]).reshape(len(frames), -1, 3)  # (T, P, 3) float32
-    return np.concatenate([lab.mean(1, dtype=np.float64), lab.std(1, dtype=np.float64)], axis=1)
+    mean, cov = _lab_moments(frames, stride)
+    std = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
+    return np.concatenate([mean, std], axis=1)
 
 
 @dataclass
@@ -202,11 +260,16 @@ class LabStats:
         frames = np.asarray(frames)
         if frames.ndim == 3:
             frames = frames[None]
-        s = stride or auto_stride(frames.shape[1], frames.shape[2])
-        lab = linear_to_lab(_U8_TO_LINEAR32[_subsample(frames, s)]).reshape(-1, 3).astype(np.float64)
-        mean = lab.mean(0)
-        cov = np.cov(lab, rowvar=False, bias=True)
-        return cls(mean=mean, std=np.sqrt(np.maximum(np.diag(cov), 0.0)), cov=cov)
+        return cls.of_moments(*_lab_moments(frames, stride))
+
+    @classmethod
+    def of_moments(cls, mean: np.ndarray, cov: np.ndarray) -> "LabStats":
+        """Pool per-frame means `(T, 3)` and covariances `(T, 3, 3)` of equal-size frames (the law
+        of total covariance: the mean within-frame covariance plus that of the frame means)."""
+        m = mean.mean(0)
+        d = mean - m
+        c = cov.mean(0) + d.T @ d / len(mean)
+        return cls(mean=m, std=np.sqrt(np.maximum(np.diag(c), 0.0)), cov=c)
 
     def to_dict(self) -> dict:
         return {"mean": self.mean.copy(), "std": self.std.copy(), "cov": self.cov.copy()}
@@ -367,29 +430,29 @@ def fit_transform(src: LabStats, dst: LabStats, config: DriftConfig) -> ColorTra
 _LUT_BITS = 7
 _LUT_LEVELS = 1 << _LUT_BITS  # 128 bins per channel, 2 code values each
 _LUT_INDEX_MASK = np.uint32(0x7F7F7F)  # (rgb0 word >> 1) & mask = r7 | g7 << 8 | b7 << 16
-_LUT_CACHE: dict[str, np.ndarray] = {}
+_LUT_CACHE: dict[str, object] = {}
+_LUT_BLOCK = 2 * _LUT_LEVELS * _LUT_LEVELS  # bin centres per build step: two blue planes, cache-sized
+_F2LAB_INV = np.linalg.inv(_F2LAB)
+_LAB_OFFSET = np.array([-16.0, 0.0, 0.0])
+_F_KNEE = np.float32(6 / 29)  # f(t) above this is a cube root; below, linear (t <= _EPS)
 
 
-def _torch_tables():
-    import torch
-
-    return (
-        torch.from_numpy((_XYZ2RGB * _WHITE_D65[None, :]).T.astype(np.float32).copy()),
-        torch.from_numpy(_LINEAR_TO_U8.astype(np.int32)),
-    )
-
-
-def _lut_grid() -> tuple[np.ndarray, np.ndarray]:
-    """LAB of the 128^3 bin centres `(2^21, 3)` float32 and their packed table index, cached."""
-    if "lab" not in _LUT_CACHE:
+def _lut_grid() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The 128^3 bin centres as CIELAB f-values `(3, 2^21)` float32 (planar: fX, fY, fZ; index
+    r | g << 7 | b << 14) and the linear->code tables pre-shifted into the R, G, B bytes; cached."""
+    if "f" not in _LUT_CACHE:
         k = np.arange(_LUT_LEVELS)
         centre = (2 * k + 0.5).astype(np.float64)  # codes 2k and 2k+1 share the bin
-        lin = srgb_to_linear(centre / 255.0).astype(np.float32)
-        b, g, r = np.meshgrid(k, k, k, indexing="ij")  # index = r | g << 8 | b << 16
-        rgb_lin = np.stack([lin[r.ravel()], lin[g.ravel()], lin[b.ravel()]], axis=-1)
-        _LUT_CACHE["lab"] = linear_to_lab(rgb_lin).astype(np.float32)
-        _LUT_CACHE["index"] = (r.ravel() | (g.ravel() << 8) | (b.ravel() << 16)).astype(np.int64)
-    return _LUT_CACHE["lab"], _LUT_CACHE["index"]
+        lin = srgb_to_linear(centre / 255.0)
+        grid = np.empty((3, _LUT_LEVELS**3), np.float32)
+        for i in range(3):  # XYZ / white is a sum of one term per channel: broadcast, no gathers
+            m = _RGB2XYZ[i] / _WHITE_D65[i]
+            t = (m[0] * lin)[None, None, :] + (m[1] * lin)[None, :, None] + (m[2] * lin)[:, None, None]
+            grid[i] = _lab_f(t).reshape(-1)  # index r | g << 7 | b << 14
+        _LUT_CACHE["f"] = grid
+        t = _LINEAR_TO_U8.astype(np.uint32)
+        _LUT_CACHE["codes"] = (t, t << 8, t << 16)
+    return _LUT_CACHE["f"], _LUT_CACHE["codes"]
 
 
 class ColorLUT:
@@ -397,28 +460,51 @@ class ColorLUT:
 
     The table has 2^23 uint32 entries (32 MiB) of which the 128^3 reachable ones are filled:
     indexing with `(word >> 1) & 0x7F7F7F` needs no unpacking of the channels.
+
+    Built exactly at every bin centre, in the CIELAB f-space: with `lab = F2LAB f + c`, the LAB
+    map `lab' = A lab + t` is `f' = M f + m` (M = F2LAB^-1 A F2LAB), so each centre costs one 3x3
+    product, a cube (the inverse of f) and the 3x3 XYZ->RGB product. numpy in cache-sized blocks
+    of 32k centres, one thread: ~15 ms for the 2^21 centres (the earlier torch version over whole
+    arrays, 2 threads: 80-600 ms, bounded by memory traffic and by contention with ffmpeg).
     """
 
     def __init__(self, transform: ColorTransform) -> None:
-        # torch: multi-threaded float32 over the 2^21 bin centres, ~80 ms on 2 cores (numpy: ~500)
-        import torch
-
-        lab, index = _lut_grid()
-        lab_t, index_t = torch.from_numpy(lab), torch.from_numpy(index)
-        _XYZN2RGB_T, _LINEAR_TO_U8_T = _torch_tables()
-        a = torch.from_numpy(transform.matrix.T.astype(np.float32))
-        t = torch.from_numpy(transform.offset.astype(np.float32))[None]
-        out = torch.addmm(t, lab_t, a)  # (N, 3) transformed LAB
-        fy = (out[:, 0] + 16) / 116
-        f = torch.stack([fy + out[:, 1] / 500, fy, fy - out[:, 2] / 200], dim=1)
-        f3 = f * f * f
-        xyz_n = torch.where(f3 > _EPS, f3, (116 * f - 16) / _KAPPA)  # XYZ / white
-        lin = (xyz_n @ _XYZN2RGB_T).clamp_(0.0, 1.0)
-        codes = _LINEAR_TO_U8_T[(lin * 65535).round_().to(torch.int64)]  # (N, 3) int32
-        packed = codes[:, 0] | (codes[:, 1] << 8) | (codes[:, 2] << 16)
-        table = torch.zeros(1 << 23, dtype=torch.int32)
-        table[index_t] = packed
-        self.table = table.numpy().view(np.uint32)
+        grid, (code_r, code_g, code_b) = _lut_grid()
+        m_f = (_F2LAB_INV @ transform.matrix @ _F2LAB).astype(np.float32)
+        t_f = (_F2LAB_INV @ (transform.matrix @ _LAB_OFFSET + transform.offset - _LAB_OFFSET)).astype(np.float32)[:, None]
+        # f' -> XYZ / white -> linear RGB, scaled to the 65536-entry code table
+        to_lin = ((_XYZ2RGB * _WHITE_D65[None, :]) * 65535).astype(np.float32)
+        n = _LUT_BLOCK
+        f = np.empty((3, n), np.float32)
+        xyz, low, lin = np.empty_like(f), np.empty_like(f), np.empty_like(f)
+        dark = np.empty((3, n), bool)
+        idx = np.empty((3, n), np.int32)  # int32 + mode="wrap": no index conversion in np.take
+        planes = n // (_LUT_LEVELS * _LUT_LEVELS)
+        packed, tmp = np.empty((planes, _LUT_LEVELS, _LUT_LEVELS), np.uint32), np.empty(n, np.uint32)
+        table = np.zeros((_LUT_LEVELS, 256, 256), np.uint32)  # [b7, g, r]: r7 | g7 << 8 | b7 << 16
+        for s in range(0, grid.shape[1], n):
+            np.matmul(m_f, grid[:, s : s + n], out=f)
+            for i in range(3):
+                f[i] += t_f[i, 0]
+            np.multiply(f, f, out=xyz)
+            xyz *= f  # t = f^3 above the knee ...
+            np.less_equal(f, _F_KNEE, out=dark)
+            if dark.any():  # only blocks near black
+                np.multiply(f, np.float32(116 / _KAPPA), out=low)
+                low -= np.float32(16 / _KAPPA)  # ... (116 f - 16) / kappa below it
+                np.copyto(xyz, low, where=dark)
+            np.matmul(to_lin, xyz, out=lin)
+            np.clip(lin, 0, 65535, out=lin)
+            np.rint(lin, out=lin)
+            idx[...] = lin
+            flat = packed.reshape(-1)
+            np.take(code_r, idx[0], out=flat, mode="wrap")
+            np.take(code_g, idx[1], out=tmp, mode="wrap")
+            flat |= tmp
+            np.take(code_b, idx[2], out=tmp, mode="wrap")
+            b0 = s // (_LUT_LEVELS * _LUT_LEVELS)  # the last OR writes straight into the table
+            np.bitwise_or(packed, tmp.reshape(packed.shape), out=table[b0 : b0 + planes, :_LUT_LEVELS, :_LUT_LEVELS])
+        self.table = table.reshape(-1)
 
     def lookup(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Packed RGB0 words `(...)` uint32 -> transformed packed words."""
@@ -436,41 +522,87 @@ def to_rgb0(frames: np.ndarray) -> np.ndarray:
     return out
 
 
+_LANES = np.uint32(0x00FF00FF)  # bytes 0 and 2 of a packed word: two 16-bit lanes
+
+
+def _mix_words(start: np.ndarray, end: np.ndarray, wq: int, out: np.ndarray, t1: np.ndarray, t2: np.ndarray) -> None:
+    """`out = (start * (256 - wq) + end * wq + 128) >> 8` per byte of packed words, in uint32 lanes
+    (R, B in one pass, G and the 4th byte in another): 255 * 256 + 128 fits a 16-bit lane."""
+    np.bitwise_and(start, _LANES, out=t1)
+    t1 *= np.uint32(256 - wq)
+    np.bitwise_and(end, _LANES, out=t2)
+    t2 *= np.uint32(wq)
+    t1 += t2
+    t1 += np.uint32(0x00800080)
+    t1 >>= np.uint32(8)
+    t1 &= _LANES
+    np.right_shift(start, np.uint32(8), out=t2)
+    t2 &= _LANES
+    t2 *= np.uint32(256 - wq)
+    np.right_shift(end, np.uint32(8), out=out)
+    out &= _LANES
+    out *= np.uint32(wq)
+    out += t2
+    out += np.uint32(0x00800080)
+    out &= ~_LANES
+    out |= t1
+
+
+_APPLY_BLOCK = 1 << 16  # pixels per step of apply_ramped
+
+
+def _look(lut: "ColorLUT | None", words: np.ndarray, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if lut is None:
+        np.copyto(out, words)
+    else:  # indices are in range by construction (masked); "wrap" skips numpy's checking pass
+        np.take(lut.table, idx, out=out, mode="wrap")
+    return out
+
+
 def apply_ramped(
-    frames: np.ndarray, lut_start: ColorLUT | None, lut_end: ColorLUT | None, ramp: bool
+    frames: np.ndarray, lut_start: ColorLUT | None, lut_end: ColorLUT | None, ramp: bool, out: np.ndarray | None = None
 ) -> np.ndarray:
     """Correct a segment `(T, H, W, 3|4)` uint8: frame j mixes `lut_start` and `lut_end` outputs
     with weight j / (T - 1) (a linear ramp), or uses `lut_end` alone when `ramp` is off.
-    `None` stands for the identity. Returns an array of the input's shape."""
+    `None` stands for the identity. Returns an array of the input's shape (the input itself when
+    both are the identity); `out`, for RGB0 input, is where to write it (default: a new array).
+
+    Per frame: one index computation, one gather per table, and the 8-bit fixed-point mix
+    (`(start * (256 - w) + end * w + 128) >> 8` per byte) on packed words."""
     T = len(frames)
     if lut_end is None and (lut_start is None or not ramp):
         return frames
     channels = frames.shape[-1]
     x = to_rgb0(frames)
-    words = x.view(np.uint32)[..., 0]  # (T, H, W)
-    out = np.empty_like(x)
-    out_words = out.view(np.uint32)[..., 0]
-    ident_words = words
+    if out is None or channels != 4:
+        out = np.empty_like(x)
+    # packed words, flattened per frame and cut into cache-sized pieces (~256 KiB per buffer)
+    words = x.view(np.uint32).reshape(T, -1)
+    out_words = out.view(np.uint32).reshape(T, -1)
+    n = words.shape[1]
+    step = min(n, _APPLY_BLOCK)
+    idx, s, e, t1, t2 = (np.empty(step, np.uint32) for _ in range(5))
     for j in range(T):
         w = j / (T - 1) if (ramp and T > 1) else 1.0
         wq = int(round(w * 256))  # 8-bit fixed-point mix weight
-        end = lut_end.lookup(words[j], out=out_words[j]) if lut_end is not None else ident_words[j]
         if wq >= 256 or lut_start is lut_end:
-            if lut_end is None:
-                out_words[j] = ident_words[j]
-            continue
-        start = lut_start.lookup(words[j]) if lut_start is not None else ident_words[j]
-        if wq <= 0:
-            out_words[j] = start
-            continue
-        a = start.view(np.uint8).astype(np.uint16)
-        b = end.view(np.uint8).astype(np.uint16)
-        a *= 256 - wq
-        b *= wq
-        a += b
-        a += 128
-        a >>= 8
-        out[j] = a.reshape(out[j].shape).astype(np.uint8)
+            lut, mix = lut_end, False
+        elif wq <= 0:
+            lut, mix = lut_start, False
+        else:
+            mix = True
+        for p in range(0, n, step):
+            src, dst = words[j, p : p + step], out_words[j, p : p + step]
+            k = len(src)
+            i = idx[:k]
+            np.right_shift(src, np.uint32(1), out=i)
+            i &= _LUT_INDEX_MASK
+            if not mix:
+                _look(lut, src, i, dst)
+            else:
+                a = _look(lut_start, src, i, s[:k])
+                b = _look(lut_end, src, i, e[:k])
+                _mix_words(a, b, wq, dst, t1[:k], t2[:k])
     return out if channels == 4 else np.ascontiguousarray(out[..., :3])
 
 
@@ -485,29 +617,44 @@ def smoothstep_weights(n: int) -> np.ndarray:
     return x * x * (3 - 2 * x)
 
 
-def crossfade(outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear") -> np.ndarray:
+def _linear_mix_table(w: np.float32) -> np.ndarray:
+    """`(256 * 256,)` uint8: entry `a << 8 | b` is codes a, b mixed in linear light with weight w
+    of b, by exactly the float32 arithmetic of a per-pixel mix (so results are identical)."""
+    la, lb = _U8_TO_LINEAR32[:, None], _U8_TO_LINEAR32[None, :]
+    mixed = la + (lb - la) * w
+    return _LINEAR_TO_U8[np.clip(np.round(mixed * 65535), 0, 65535).astype(np.int32)].reshape(-1)
+
+
+def crossfade(outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear", out: np.ndarray | None = None) -> np.ndarray:
     """Blend two views of the same O moments `(O, H, W, C)` uint8 with smoothstep weights, in
-    linear light or in CIELAB. The 4th byte of RGB0 input passes through as zero."""
+    linear light or in CIELAB. The 4th byte of RGB0 input passes through as zero. `out` (may be
+    `incoming` itself) receives the result; by default a new array."""
     n = len(outgoing)
+    if out is None:
+        out = np.empty_like(outgoing)
     if n == 0:
-        return outgoing.copy()
-    w = smoothstep_weights(n).astype(np.float32)[:, None, None, None]
-    a, b = outgoing[..., :3], incoming[..., :3]
+        return out
+    w = smoothstep_weights(n).astype(np.float32)
     if space == "linear":
-        la, lb = _U8_TO_LINEAR32[a], _U8_TO_LINEAR32[b]
-        mixed = la + (lb - la) * w
-        rgb = _LINEAR_TO_U8[np.clip(np.round(mixed * 65535), 0, 65535).astype(np.int32)]
+        # per frame one 64k-entry table (a << 8 | b -> mixed code) and one gather per byte,
+        # instead of float32 linear light per pixel: ~5x less work, identical codes
+        idx = np.empty(outgoing.shape[1:], np.uint16)
+        for j in range(n):
+            np.left_shift(outgoing[j], 8, out=idx, dtype=np.uint16)
+            idx |= incoming[j]
+            np.take(_linear_mix_table(w[j]), idx, out=out[j])
+        if out.shape[-1] == 4:
+            out[..., 3] = 0
     elif space == "lab":
+        a, b = outgoing[..., :3], incoming[..., :3]
         la, lb = linear_to_lab(_U8_TO_LINEAR32[a]), linear_to_lab(_U8_TO_LINEAR32[b])
-        lin = np.clip(lab_to_linear(la + (lb - la) * w), 0.0, 1.0)
-        rgb = _LINEAR_TO_U8[np.round(lin * 65535).astype(np.int32)]
+        lin = np.clip(lab_to_linear(la + (lb - la) * w[:, None, None, None]), 0.0, 1.0)
+        out[..., :3] = _LINEAR_TO_U8[np.round(lin * 65535).astype(np.int32)]
+        if out.shape[-1] == 4:
+            out[..., 3] = 0
     else:
         raise ValueError(f"`blend_space` must be one of {', '.join(BLEND_SPACES)}, got {space!r}")
-    if outgoing.shape[-1] == 4:
-        out = np.zeros_like(outgoing)
-        out[..., :3] = rgb
-        return out
-    return rgb
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

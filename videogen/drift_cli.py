@@ -8,8 +8,9 @@ chained video whose segments of N frames were concatenated as generated: with `-
 each segment's first M frames repeat the moments of the previous segment's last M (the output is
 then crossfaded and M frames shorter per seam); with M = 0 (default) seams are hard cuts and the
 frame count is kept. The video streams through the same `Stitcher` the render loop uses:
-a decoder thread, the stitcher on packed RGB0 words, an encoder thread; memory holds about one
-segment whatever the video's length. The drift report of the output is written next to it.
+a decoder thread reading into one of three cycled segment buffers, the stitcher correcting that
+buffer in place on packed RGB0 words, an encoder thread writing from it; memory is those three
+buffers whatever the video's length. The drift report of the output is written next to it.
 
 Errors are `ValueError` / `VideoIOError` with one line naming the option; `main()` prints
 `videogen: error: <msg>` and returns 2, as the main CLI does. No partial output is left behind.
@@ -31,6 +32,7 @@ from videogen.io import VideoIOError, VideoReader, VideoWriter, check_output_pat
 from videogen.stitch import Stitcher
 
 READ_CHUNK = 16  # frames per pipe read: ~25 MB at 832x480 RGB0
+SEGMENT_BUFFERS = 3  # fix: one being decoded, one being corrected, one being encoded
 
 
 def add_drift_parser(subparsers) -> argparse.ArgumentParser:
@@ -160,7 +162,7 @@ def run_fix(args) -> int:
     out = check_output_path(args.output, "--output")
     if out.resolve() == Path(args.video).resolve():
         raise ValueError(f"`--output` {args.output!r} is the input video")
-    reader = VideoReader(args.video)
+    reader = VideoReader(args.video, decode_count=False)  # packets: no decode pass just to count
     info = reader.info
     n, o = args.segment_frames, args.overlap
     _check_segment_frames(n, info.num_frames)
@@ -172,49 +174,70 @@ def run_fix(args) -> int:
         )
     t0 = time.perf_counter()
     stitcher = Stitcher(overlap_frames=o, config=cfg, fps=info.fps)
-    written = fix_stream(reader, stitcher, out, n, crf=args.crf, preset=args.preset)
+    counts: dict = {}
+    written = fix_stream(reader, stitcher, out, n, crf=args.crf, preset=args.preset, counts=counts)
     elapsed = time.perf_counter() - t0
+    frames_in = counts.get("frames_in", info.num_frames)
     report = stitcher.report()
-    report.extra["fix"] = {"input": str(args.video), "frames_in": info.num_frames, "frames_out": written,
-                           "seconds": round(elapsed, 3), "fps": round(info.num_frames / elapsed, 1)}  # fmt: skip
+    report.extra["fix"] = {"input": str(args.video), "frames_in": frames_in, "frames_out": written,
+                           "seconds": round(elapsed, 3), "fps": round(frames_in / elapsed, 1)}  # fmt: skip
     if not args.no_report:
         report.write(out)
-    print(f"{out}: {written} frames ({info.num_frames} in), {info.num_frames / elapsed:.0f} frames/s; "
+    print(f"{out}: {written} frames ({frames_in} in), {frames_in / elapsed:.0f} frames/s; "
           f"dE76 mean {report.dE76_mean:.2f}, seam jump max {report.seam_jump_max:.2f}")  # fmt: skip
     return 0
 
 
+class _Stopped(Exception):
+    """The decoder was told to stop (another thread failed)."""
+
+
 def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frames: int, *,
-               crf: int = 18, preset: str = "superfast") -> int:  # fmt: skip
+               crf: int = 18, preset: str = "superfast", counts: dict | None = None) -> int:  # fmt: skip
     """Decode -> stitch per segment -> encode, with the decoder and the encoder on their own
-    threads (both mostly wait on ffmpeg pipes, which release the GIL). Returns frames written."""
+    threads (both mostly wait on ffmpeg pipes, which release the GIL). Returns frames written.
+
+    Memory is SEGMENT_BUFFERS segment-sized RGB0 buffers, allocated once and cycled: the decoder
+    reads a segment straight into a free buffer, the stitcher corrects it in place
+    (`push(inplace=True)`), the encoder writes it from there and frees the buffer. Nothing else
+    segment-sized is allocated, so peak memory does not depend on the video's length.
+    `counts`, if given, receives `frames_in`: the frames actually decoded."""
     info = reader.info
-    chunks: queue.Queue = queue.Queue(maxsize=4)  # bounded: memory stays flat
-    ready: queue.Queue = queue.Queue(maxsize=2)
+    free: queue.Queue = queue.Queue()
+    for _ in range(SEGMENT_BUFFERS):
+        free.put(np.empty((segment_frames, info.height, info.width, 4), np.uint8))
+    full: queue.Queue = queue.Queue()  # bounded by the buffers
+    ready: queue.Queue = queue.Queue()  # (frames, buffer to free once written); bounded likewise
     stop = threading.Event()
     errors: list[BaseException] = []
 
+    def get_buffer() -> np.ndarray:
+        while not stop.is_set():
+            try:
+                return free.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        raise _Stopped
+
     def decode() -> None:
         try:
-            for c in reader.iter_chunks(READ_CHUNK, pix_fmt="rgb0"):
-                while not stop.is_set():
-                    try:
-                        chunks.put(c, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
+            for seg in reader.iter_into(get_buffer, pix_fmt="rgb0"):
+                full.put(seg)
+        except _Stopped:
+            pass
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             errors.append(exc)
         finally:
-            chunks.put(None)
+            full.put(None)
 
     def encode(writer: VideoWriter) -> None:
         try:
-            while (frames := ready.get()) is not None:
+            while (item := ready.get()) is not None:
+                frames, buf = item
                 if not errors:
                     writer.write(frames)
+                if buf is not None:
+                    free.put(buf)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             stop.set()
@@ -227,25 +250,18 @@ def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frame
     dec.start()
     enc.start()
     try:
-        segment = np.empty((segment_frames, info.height, info.width, 4), np.uint8)
-        filled = 0
         stitcher.new_shot()
-        while (c := chunks.get()) is not None:
-            i = 0
-            while i < len(c):
-                k = min(len(c) - i, segment_frames - filled)
-                segment[filled : filled + k] = c[i : i + k]
-                filled += k
-                i += k
-                if filled == segment_frames:
-                    ready.put(_owned(stitcher.push(segment), segment))
-                    filled = 0
+        frames_in = 0
+        while (seg := full.get()) is not None:
+            buf = seg if seg.base is None else seg.base
             if errors:
                 break
-        if not errors and filled:
-            ready.put(_owned(stitcher.push(segment[:filled]), segment))
+            frames_in += len(seg)
+            ready.put((stitcher.push(seg, inplace=True), buf))
+        if counts is not None:
+            counts["frames_in"] = frames_in
         if not errors:
-            ready.put(stitcher.flush())
+            ready.put((stitcher.flush(), None))
         ready.put(None)
         enc.join()
         stop.set()
@@ -262,8 +278,3 @@ def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frame
             enc.join(timeout=5)
         writer.abort()
         raise
-
-
-def _owned(frames: np.ndarray, buffer: np.ndarray) -> np.ndarray:
-    # with no correction the stitcher returns views of its input; the buffer is refilled next
-    return frames.copy() if np.shares_memory(frames, buffer) else frames

@@ -91,6 +91,7 @@ class VideoWriter:
         self._proc: subprocess.Popen | None = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
+        _grow_pipe(self._proc.stdin)
 
     def write(self, frames: np.ndarray) -> None:
         """Append frames `(T, H, W, 3)` or one frame `(H, W, 3)`, uint8 RGB (4 channels for "rgb0")."""
@@ -108,7 +109,8 @@ class VideoWriter:
         if self._first_frame is None:
             self._first_frame = frames[0, ..., :3].copy()
         try:
-            self._proc.stdin.write(np.ascontiguousarray(frames).tobytes())
+            # the array's own buffer: a large write goes straight to the pipe, no bytes copy
+            self._proc.stdin.write(memoryview(np.ascontiguousarray(frames).reshape(-1)))
         except BrokenPipeError as exc:
             err = self._proc.stderr.read().decode(errors="replace")
             self.abort()
@@ -155,6 +157,16 @@ class VideoWriter:
             self.abort()
 
 
+def _grow_pipe(stream, size: int = 1 << 20) -> None:
+    """Ask Linux for a 1 MiB pipe (default 64 KiB): fewer wake-ups per frame. Best effort."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (OSError, ValueError, ImportError):
+        pass
+
+
 @dataclass(frozen=True)
 class VideoInfo:
     width: int
@@ -170,13 +182,18 @@ _FPS_RE = re.compile(r"(?P<fps>[\d.]+) fps")
 _FRAMES_RE = re.compile(r"frame=\s*(\d+)")
 
 
-def probe(path: str | os.PathLike) -> VideoInfo:
-    """Size, fps, exact frame count (decoded, not estimated), codec and pixel format."""
+def probe(path: str | os.PathLike, decode: bool = True) -> VideoInfo:
+    """Size, fps, exact frame count (decoded, not estimated), codec and pixel format.
+
+    `decode=False` counts the video stream's packets without decoding them (ffmpeg stream copy:
+    ~100x cheaper, I/O only). For H.264/H.265/VP9 in MP4/MKV that is the frame count; a caller
+    that needs the decoded count exactly must count the frames it reads."""
     p = Path(path)
     if not p.is_file():
         raise VideoIOError(f"video {str(path)!r} does not exist")
+    copy = [] if decode else ["-c", "copy"]
     out = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-i", str(p), "-map", "0:v:0", "-f", "null", "-"],
+        [ffmpeg_exe(), "-hide_banner", "-i", str(p), "-map", "0:v:0", *copy, "-f", "null", "-"],
         capture_output=True, text=True,
     )  # fmt: skip
     stream = _STREAM_RE.search(out.stderr)
@@ -197,9 +214,9 @@ def probe(path: str | os.PathLike) -> VideoInfo:
 class VideoReader:
     """Streams a video's frames as uint8 RGB arrays, `chunk` frames at a time."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, decode_count: bool = True) -> None:
         self.path = Path(path)
-        self.info = probe(path)
+        self.info = probe(path, decode=decode_count)
 
     def __len__(self) -> int:
         return self.info.num_frames
@@ -222,6 +239,40 @@ class VideoReader:
                     break
                 n = len(buf) // frame_bytes
                 yield np.frombuffer(buf[: n * frame_bytes], np.uint8).reshape(n, h, w, c)
+        finally:
+            proc.stdout.close()
+            proc.kill()
+            proc.wait()
+            proc.stderr.close()
+
+    def iter_into(self, get_buffer, pix_fmt: str = "rgb0") -> Iterator[np.ndarray]:
+        """Decode straight into caller-owned buffers: `get_buffer()` returns a writable C-contiguous
+        uint8 array `(N, H, W, C)`; each is filled and yielded as `buf[:n]` (n < N only at the
+        end). No per-chunk allocation and no copy after the pipe read."""
+        if pix_fmt not in _PIX_CHANNELS:
+            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
+        frame_bytes = self.info.width * self.info.height * _PIX_CHANNELS[pix_fmt]
+        proc = subprocess.Popen(
+            [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", str(self.path),
+             "-map", "0:v:0", "-f", "rawvideo", "-pix_fmt", pix_fmt, "pipe:1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+        )  # fmt: skip
+        _grow_pipe(proc.stdout)
+        try:
+            eof = False
+            while not eof:
+                buf = get_buffer()
+                view = memoryview(buf.reshape(-1))
+                got = 0
+                while got < len(view):
+                    k = proc.stdout.readinto(view[got:])
+                    if not k:
+                        eof = True
+                        break
+                    got += k
+                n = got // frame_bytes
+                if n:
+                    yield buf[:n]
         finally:
             proc.stdout.close()
             proc.kill()

@@ -40,6 +40,7 @@ from videogen.drift import (
     DriftConfig,
     DriftReport,
     LabStats,
+    _lab_moments,
     adain_latents,
     apply_ramped,
     build_report,
@@ -82,7 +83,6 @@ class Stitcher:
         self._held: np.ndarray | None = None  # last O corrected frames of the previous segment
         self._anchor: LabStats | None = None
         self._prev: ColorTransform | None = None  # transform at the end of the previous segment
-        self._prev_lut: ColorLUT | None = None  # its LUT, cached (rebuilt after load_state_dict)
         self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
         self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
         self._latent_segments = 0  # on_latents() calls in the current shot
@@ -104,7 +104,6 @@ class Stitcher:
         self._latent_segments = 0
         self._anchor = None
         self._prev = None
-        self._prev_lut = None
         self._tail_stats = None
         self._latent_anchor = None
         self._shot_starts.append(self._emitted)
@@ -129,9 +128,13 @@ class Stitcher:
             raise ValueError(f"`latents` batch/channels {tuple(latents.shape[:2])} differ from the anchor's {mean.shape}")
         return adain_latents(latents, mean, std, self.config)
 
-    def push(self, frames: np.ndarray) -> np.ndarray:
+    def push(self, frames: np.ndarray, inplace: bool = False) -> np.ndarray:
         """Add a decoded segment `(T, H, W, 3)` uint8 (or RGB0 `(T, H, W, 4)`, the fast path of
-        `drift fix`); returns the frames ready to write, same channel count as the input."""
+        `drift fix`); returns the frames ready to write, same channel count as the input.
+
+        `inplace=True` (RGB0 input only) lets the stitcher correct and crossfade `frames` in place
+        and return a view of it: no segment-sized allocation (`drift fix` hands it a buffer it
+        owns; the buffer stays busy until the returned frames are written)."""
         frames = np.asarray(frames)
         if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] not in (3, 4):
             raise ValueError(f"`frames` must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
@@ -149,9 +152,13 @@ class Stitcher:
         if not first and O and (self._held is None or len(self._held) < O):
             raise ValueError(f"`frames`: the previous segment was shorter than the {O}-frame overlap")
         cfg = self.config
+        inplace = inplace and frames.shape[-1] == 4 and frames.flags.writeable and frames.flags.c_contiguous
+        owned = False  # whether `corrected` may be written (ours, or the caller's with `inplace`)
         # (1)-(3): per-segment statistics of the ORIGINAL frames -> one transform, ramped
         if cfg.mode != "off" and cfg.strength > 0:
-            stats = LabStats.of_frames(frames, cfg.stats_stride)
+            k = O if O else min(SEAM_MATCH_FRAMES, T)  # frames matched at a seam
+            mean, cov = _lab_moments(frames, cfg.stats_stride)  # per frame, pooled below
+            stats = LabStats.of_moments(mean, cov)
             if first:
                 self._anchor = self._reference if self._reference is not None else stats
             transform = fit_transform(stats, self._anchor, cfg)
@@ -163,19 +170,21 @@ class Stitcher:
                 # to the previous segment's corrected last frames (with overlap: the same moments;
                 # without: the adjacent ones), so no drift step is left at the seam. Measured on
                 # benchmarks/drift.py, see docs/drift.md ("Correction", step 4).
-                k = O if O else min(SEAM_MATCH_FRAMES, T)
-                seam = fit_transform(LabStats.of_frames(frames[:k], cfg.stats_stride), self._tail_stats, _SEAM_FIT)
+                seam = fit_transform(LabStats.of_moments(mean[:k], cov[:k]), self._tail_stats, _SEAM_FIT)
                 start_lut = None if seam.is_identity else ColorLUT(seam)
+            elif cfg.ramp and self._prev is not None and not self._prev.is_identity:
+                start_lut = ColorLUT(self._prev)  # (not reached with the seam fit: tail stats exist)
             else:
-                start_lut = self._prev_lut
-            corrected = apply_ramped(frames, start_lut, lut, cfg.ramp)
-            self._prev, self._prev_lut = transform, lut
-            k = O if O else min(SEAM_MATCH_FRAMES, T)
+                start_lut = None  # no ramp: the start is not used
+            corrected = apply_ramped(frames, start_lut, lut, cfg.ramp, out=frames if inplace else None)
+            owned = inplace or corrected is not frames
+            self._prev = transform  # its 32 MiB table is not kept: at most two live per push
             self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
         else:
             if first:
                 self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, cfg.stats_stride)
             corrected = frames
+            owned = inplace
         if first:
             self._anchor_means.append(self._anchor.mean.copy())
         # (4): seam crossfade with the held-back frames
@@ -183,16 +192,17 @@ class Stitcher:
         self._segment_shots.append(self._shot)
         keep_back = min(O, T)  # a shot shorter than the overlap is a single segment: hold it all
         if first or O == 0:
-            body = corrected[: T - keep_back]
             if not first:
                 self._seams.append((self._emitted, self._emitted))  # hard cut inside the shot
         else:
-            blend = crossfade(self._held, corrected[:O], cfg.blend_space)
+            if not owned:
+                corrected = corrected.copy()  # never write into the caller's frames
+            # in place: the blend replaces the first O frames (they show the same moments)
+            crossfade(self._held, corrected[:O], cfg.blend_space, out=corrected[:O])
             self._seams.append((self._emitted, self._emitted + O))
             # A short segment (the trimmed last one of a shot, T < 2*O) holds back part of its own
             # crossfade; the arithmetic is the same either way.
-            corrected = np.concatenate([blend, corrected[O:]])
-            body = corrected[: T - O]
+        body = corrected[: T - keep_back]
         self._held = corrected[T - keep_back :].copy() if O else None
         self._seg_in_shot += 1
         return self._emit(body)
@@ -253,7 +263,6 @@ class Stitcher:
         self._held = None if state["held"] is None else np.array(state["held"], np.uint8)
         self._anchor = None if state["anchor"] is None else LabStats.from_dict(state["anchor"])
         self._prev = None if state["prev_transform"] is None else ColorTransform.from_dict(state["prev_transform"])
-        self._prev_lut = None if self._prev is None or self._prev.is_identity else ColorLUT(self._prev)
         self._tail_stats = None if state["tail_stats"] is None else LabStats.from_dict(state["tail_stats"])
         la = state["latent_anchor"]
         self._latent_anchor = None if la is None else (np.asarray(la[0]), np.asarray(la[1]))
