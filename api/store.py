@@ -273,12 +273,20 @@ class JobStore:
         return True
 
     def record_step(self, job_id: str, worker: str, segment: int, step: int, steps: int) -> None:
+        self.record_steps(job_id, worker, [(segment, step, steps)])
+
+    def record_steps(self, job_id: str, worker: str, steps: list[tuple[int, int, int]]) -> None:
+        """Several denoising steps (segment, step, steps) in one transaction: one progress event
+        each. Batching keeps SQLite's single writer free for the API's inserts when steps are fast."""
+        if not steps:
+            return
         with self.write() as s:
             job = self._owned(s, job_id, worker)
             if job is None:
                 return
-            job.steps_done = min(job.steps_total, job.steps_done + 1)
-            self._event(s, job_id, "progress", {"segment": segment, "step": step, "steps": steps, **self._counts(job)})
+            for segment, step, total in steps:
+                job.steps_done = min(job.steps_total, job.steps_done + 1)
+                self._event(s, job_id, "progress", {"segment": segment, "step": step, "steps": total, **self._counts(job)})
 
     def record_segment(self, job_id: str, worker: str, index: int, frames_written: int, resumed: bool) -> None:
         with self.write() as s:

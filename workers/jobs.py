@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 
 from api.settings import ServiceSettings
@@ -67,6 +68,28 @@ class LeaseKeeper:
                 log.exception("job %s: lease renewal failed", self.job_id)
 
 
+class _StepBatcher:
+    """Collects denoising-step events and writes them at most every `interval` seconds (and before
+    any other event). Each step still becomes its own progress event; a fast model's dozens of steps
+    per second just share a transaction instead of each taking SQLite's write lock."""
+
+    def __init__(self, store: JobStore, job_id: str, worker: str, interval: float = 0.2) -> None:
+        self.store, self.job_id, self.worker, self.interval = store, job_id, worker, interval
+        self.pending: list[tuple[int, int, int]] = []
+        self.last = 0.0
+
+    def add(self, segment: int, step: int, steps: int) -> None:
+        self.pending.append((segment, step, steps))
+        if time.monotonic() - self.last >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.store.record_steps(self.job_id, self.worker, self.pending)
+            self.pending = []
+        self.last = time.monotonic()
+
+
 def run_job(job_id: str, ctx: WorkerContext) -> str | None:
     """Render one job. Returns its final status, or None when it was not ours to run (finished,
     cancelled, or leased by another worker) or another worker took it over."""
@@ -99,12 +122,15 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
                 raise InvalidOption("video", source, "the source video's files are gone (expired or deleted)")
             target = storage.extension_part(job_id) if source else video
             finished = None
+            progress = _StepBatcher(store, job_id, worker)
             for event in render(spec, target, model=model, workdir=storage.workdir(job_id), cancel=cancel,
                                 thumbnail=storage.thumbnail(job_id), continue_from=continue_from,
                                 tail=storage.tail(job_id)):  # fmt: skip
                 if isinstance(event, StepProgress):
-                    store.record_step(job_id, worker, event.segment, event.step, event.steps)
-                elif isinstance(event, SegmentFinished):
+                    progress.add(event.segment, event.step, event.steps)
+                    continue
+                progress.flush()  # every step is recorded before the next segment/state event
+                if isinstance(event, SegmentFinished):
                     store.record_segment(job_id, worker, event.index, event.frames_written, event.resumed)
                 elif isinstance(event, RenderStarted):
                     store.mark_started(job_id, worker, steps_total=event.total_steps, segments_total=len(event.plan),
