@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import torch
 
-# Per chunk, gathered K (and as many V) elements: 1M fp32 = 4 MB each. Wan 480p, 2 heads,
-# 2 cores: 0.5M-4M within noise of each other under load (1.7-2.7 s wall, 1.7-2.0 s CPU);
-# on a quiet machine 1M took 0.84 s and 2M 1.07 s (earlier version of this loop).
-CHUNK_ELEMENTS = 1024 * 1024
+# Per chunk, gathered K (and as many V) elements: 256K fp32 = 1 MB each, cache-sized now that each
+# core runs its own chunks single-threaded. Wan 480p, 2 heads, d=128, quiet 2-core machine, with
+# the per-core work split: 1M 931 ms, 512K 923 ms, 256K 891 ms, 128K 923 ms (dense SDPA 5.5 s).
+CHUNK_ELEMENTS = 256 * 1024
 # Items whose gather indices (and q rows) are built in one vectorised pass: 256 items
 # x 64 rows x d=128 fp32 = 8 MB of gathered q.
 INDEX_GROUP_ITEMS = 256
@@ -84,53 +84,86 @@ def gathered_block_sparse_attention(
     n_items = BH * T
     max_len = int(key_len.max())
     kv_elems = min(max(chunk_elements, max_len * d), n_items * max_len * d)
-    kv_buf = torch.empty(2 * kv_elems, device=dev)
-    s_buf = torch.empty(kv_elems // d * V, device=dev)  # scores: C*c*L <= (C*L)*V
     group_rows = min(n_items, INDEX_GROUP_ITEMS) * V
-    q_buf = torch.empty(group_rows * d, device=dev)
-    o_buf = torch.empty_like(q_buf)
 
+    units = []  # (valid query rows c, items) in index groups
     for c in torch.unique(q_count).tolist():
         group = torch.nonzero(q_count == c).squeeze(1)
         group = group[torch.argsort(key_len[group], stable=True)]  # ascending key-list length
-        for g0 in range(0, group.numel(), INDEX_GROUP_ITEMS):
-            items = group[g0 : g0 + INDEX_GROUP_ITEMS]
-            G = items.numel()
-            l_max = int(key_len[items[-1]])
-            # Key rows of every item, valid slots compacted to the front: (G, l_max).
-            sel_g = sel[items]  # (G, k_sel)
-            rows = tile_rows[sel_g] + row_base[items, None, None]  # (G, k_sel, V)
-            cnt = counts[sel_g]  # (G, k_sel)
-            # Destination column of slot r of the s-th selected tile: tiles' valid rows are
-            # concatenated, so it is (valid rows of tiles before s) + r. Padding slots are
-            # sent to one trash element past the end instead of being masked out (a
-            # boolean-mask compaction cost ~50 ms more at Wan 480p).
-            first_col = torch.cumsum(cnt, -1) - cnt  # (G, k_sel)
-            dest = (torch.arange(G, device=dev) * l_max)[:, None, None] + first_col[..., None] + ranks
-            dest = torch.where(ranks < cnt[..., None], dest, G * l_max)  # (G, k_sel, V)
-            key_rows = torch.zeros(G * l_max + 1, dtype=torch.int64, device=dev)
-            key_rows.scatter_(0, dest.view(-1), rows.view(-1))
-            key_rows = key_rows[:-1].view(G, l_max)
-            q_rows = (tile_rows[q_tile[items], :c] + row_base[items, None]).view(-1)  # (G*c,)
-            q_g = torch.index_select(q_flat, 0, q_rows, out=q_buf[: G * c * d].view(G * c, d))
-            q_g = q_g.mul_(scale).view(G, c, d)
-            o_g = o_buf[: G * c * d].view(G, c, d)
-            lens = key_len[items].tolist()
+        units += [(c, group[g0 : g0 + INDEX_GROUP_ITEMS]) for g0 in range(0, group.numel(), INDEX_GROUP_ITEMS)]
 
-            n_per_chunk = max(1, chunk_elements // (l_max * d))
-            for s0 in range(0, G, n_per_chunk):
-                C = min(n_per_chunk, G - s0)
-                L = lens[s0 + C - 1]  # longest key list in this chunk
-                idx = key_rows[s0 : s0 + C, :L].reshape(-1)  # (C*L,)
-                kv_g = torch.index_select(kv_flat, 0, idx, out=kv_buf[: C * L * 2 * d].view(C * L, 2 * d))
-                kv_g = kv_g.view(C, L, 2 * d)  # [..., :d] keys, [..., d:] values
-                scores = torch.bmm(  # (C, c, d) @ (C, d, L) -> (C, c, L)
-                    q_g[s0 : s0 + C], kv_g[..., :d].transpose(1, 2), out=s_buf[: C * c * L].view(C, c, L)
-                )
-                for j in range(C):  # mask the tails of shorter key lists (few: lists are sorted)
-                    if lens[s0 + j] < L:
-                        scores[j, :, lens[s0 + j] :] = float("-inf")
-                probs = torch.softmax(scores, dim=-1, out=scores)
-                torch.bmm(probs, kv_g[..., d:], out=o_g[s0 : s0 + C])  # (C, c, d)
-            out.index_copy_(0, q_rows, o_g.view(G * c, d))
+    def run(my_units) -> None:
+        kv_buf = torch.empty(2 * kv_elems, device=dev)
+        s_buf = torch.empty(kv_elems // d * V, device=dev)  # scores: C*c*L <= (C*L)*V
+        q_buf = torch.empty(group_rows * d, device=dev)
+        o_buf = torch.empty_like(q_buf)
+        for c, items in my_units:
+            _index_group(c, items, q_flat, kv_flat, out, sel, tile_rows, counts, row_base, key_len, q_tile, ranks,
+                         kv_buf, s_buf, q_buf, o_buf, scale, chunk_elements, d)  # fmt: skip
+
+    workers = torch.get_num_threads() if dev.type == "cpu" and len(units) > 1 else 1
+    if workers <= 1:
+        run(units)
+    else:
+        # One Python thread per core, each running single-threaded torch ops on its own share of
+        # the index groups (the ops release the GIL): the per-chunk Python work of one thread
+        # overlaps the other's GEMMs, instead of every small op being an OpenMP region that
+        # waits for the slowest thread. Wan 480p on 2 quiet cores: 995-1086 ms with one
+        # multi-threaded loop, 891 ms split (6.2x over dense SDPA instead of 5.1-5.5x). Torch's
+        # intra-op thread count is process-wide, so it is 1 for the duration of this call.
+        from concurrent.futures import ThreadPoolExecutor
+
+        shares = [units[i::workers] for i in range(workers)]
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                for f in [pool.submit(run, share) for share in shares]:
+                    f.result()
+        finally:
+            torch.set_num_threads(workers)
     return out.view(BH, R, d)
+
+
+def _index_group(c, items, q_flat, kv_flat, out, sel, tile_rows, counts, row_base, key_len, q_tile, ranks,
+                 kv_buf, s_buf, q_buf, o_buf, scale, chunk_elements, d) -> None:  # fmt: skip
+    """One index group: items (batch*head, query tile) with `c` valid query rows each."""
+    dev = q_flat.device
+    G = items.numel()
+    V = tile_rows.shape[1]
+    l_max = int(key_len[items[-1]])
+    # Key rows of every item, valid slots compacted to the front: (G, l_max).
+    sel_g = sel[items]  # (G, k_sel)
+    rows = tile_rows[sel_g] + row_base[items, None, None]  # (G, k_sel, V)
+    cnt = counts[sel_g]  # (G, k_sel)
+    # Destination column of slot r of the s-th selected tile: tiles' valid rows are
+    # concatenated, so it is (valid rows of tiles before s) + r. Padding slots are
+    # sent to one trash element past the end instead of being masked out (a
+    # boolean-mask compaction cost ~50 ms more at Wan 480p).
+    first_col = torch.cumsum(cnt, -1) - cnt  # (G, k_sel)
+    dest = (torch.arange(G, device=dev) * l_max)[:, None, None] + first_col[..., None] + ranks
+    dest = torch.where(ranks < cnt[..., None], dest, G * l_max)  # (G, k_sel, V)
+    key_rows = torch.zeros(G * l_max + 1, dtype=torch.int64, device=dev)
+    key_rows.scatter_(0, dest.view(-1), rows.view(-1))
+    key_rows = key_rows[:-1].view(G, l_max)
+    q_rows = (tile_rows[q_tile[items], :c] + row_base[items, None]).view(-1)  # (G*c,)
+    q_g = torch.index_select(q_flat, 0, q_rows, out=q_buf[: G * c * d].view(G * c, d))
+    q_g = q_g.mul_(scale).view(G, c, d)
+    o_g = o_buf[: G * c * d].view(G, c, d)
+    lens = key_len[items].tolist()
+
+    n_per_chunk = max(1, chunk_elements // (l_max * d))
+    for s0 in range(0, G, n_per_chunk):
+        C = min(n_per_chunk, G - s0)
+        L = lens[s0 + C - 1]  # longest key list in this chunk
+        idx = key_rows[s0 : s0 + C, :L].reshape(-1)  # (C*L,)
+        kv_g = torch.index_select(kv_flat, 0, idx, out=kv_buf[: C * L * 2 * d].view(C * L, 2 * d))
+        kv_g = kv_g.view(C, L, 2 * d)  # [..., :d] keys, [..., d:] values
+        scores = torch.bmm(  # (C, c, d) @ (C, d, L) -> (C, c, L)
+            q_g[s0 : s0 + C], kv_g[..., :d].transpose(1, 2), out=s_buf[: C * c * L].view(C, c, L)
+        )
+        for j in range(C):  # mask the tails of shorter key lists (few: lists are sorted)
+            if lens[s0 + j] < L:
+                scores[j, :, lens[s0 + j] :] = float("-inf")
+        probs = torch.softmax(scores, dim=-1, out=scores)
+        torch.bmm(probs, kv_g[..., d:], out=o_g[s0 : s0 + C])  # (C, c, d)
+    out.index_copy_(0, q_rows, o_g.view(G * c, d))

@@ -90,3 +90,20 @@ def test_non_contiguous_inputs_give_the_same_result(make_qkv):
     assert not strided[0].is_contiguous()
     expected = sparse_video_attention(q, k, v, grid=grid, density=0.25, backend="cpu")
     torch.testing.assert_close(sparse_video_attention(*strided, grid=grid, density=0.25, backend="cpu"), expected)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_cpu_split_across_threads_matches_reference_and_restores_the_thread_count(
+    threads, assert_matches_reference, make_qkv
+):
+    """With several torch threads the work is split over Python threads (one per core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        grid = (6, 8, 13)
+        q, k, v = make_qkv(grid, batch=2, heads=3, d=64, dtype=torch.float32)
+        out = sparse_video_attention(q, k, v, grid=grid, density=0.125, backend="cpu")
+        assert_matches_reference(out, q, k, v, grid, (4, 4, 4), 0.125)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
