@@ -169,9 +169,9 @@ def render(
     output = check_output_path(output)
     if model is None:
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
-    settings = resolve_settings(spec.validate(), model)
+    settings = resolve_settings(spec, model)  # spec validated above
     source = load_tail(continue_from, model, settings) if continue_from is not None else None
-    settings, plan = prepare(spec, model, continue_first=source is not None)
+    plan = plan_for(spec, settings, model.codec.temporal_factor, continue_first=source is not None)
     # `<name>.thumb.png`, never `<stem>.png`: that could be the very image the video starts from.
     thumb = output.with_name(output.stem + ".thumb.png") if thumbnail is True else (Path(thumbnail) if thumbnail else None)
 
