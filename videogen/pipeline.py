@@ -44,6 +44,19 @@ def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor 
     return (x - x0) / max(sigma, floor)
 
 
+def guided_velocity(model, pred: torch.Tensor, latents: torch.Tensor, sigma: float, guidance: float | None) -> torch.Tensor:
+    """The velocity the scheduler steps with, from the transformer's output for a (cond[, uncond])
+    batch: classifier-free guidance when `guidance` is given, and for x-prediction models (the
+    built-in ones) the velocity implied by the predicted clean sample at noise level `sigma`."""
+    pred = pred.float()
+    if guidance is not None:
+        pred_cond, pred_uncond = pred.chunk(2)
+        pred = pred_uncond + guidance * (pred_cond - pred_uncond)
+    if model.prediction == "sample":
+        pred = velocity_from_sample(latents, pred, sigma, floor=1e-4)
+    return pred
+
+
 def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tensor:
     """Noise for one segment, drawn on the CPU in fp32 so that it is the same on every device and
     depends only on (seed, segment): a resumed render redraws exactly what it would have."""
@@ -110,12 +123,7 @@ def denoise_segment(
             timestep = t.expand(batch)
         with torch.no_grad():
             pred = transformer(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
-        pred = pred.float()
-        if use_cfg:
-            pred_cond, pred_uncond = pred.chunk(2)
-            pred = pred_uncond + guidance * (pred_cond - pred_uncond)
-        if model.prediction == "sample":  # x-prediction (the built-in model): derive the velocity
-            pred = velocity_from_sample(latents, pred, float(t) / scheduler.config.num_train_timesteps, floor=1e-4)
+        pred = guided_velocity(model, pred, latents, float(t) / scheduler.config.num_train_timesteps, guidance if use_cfg else None)
         latents = scheduler.step(pred, t, latents, return_dict=False)[0]
         if prefix is not None:
             latents[:, :, :n_prefix] = prefix

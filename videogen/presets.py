@@ -47,6 +47,8 @@ class Preset:
     overlap_frames: int
     attention: str
     path: Path | None = None  # diffusers folder; None for the built-in model
+    weights: str = "builtin.safetensors"  # built-in models: the weights file in videogen/models/weights/
+    causal: bool = False  # trained block-causal: generates chunk by chunk (`videogen stream`)
 
     @property
     def available(self) -> bool:
@@ -84,6 +86,8 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             overlap_frames=int(raw["overlap_frames"]),
             attention=attention,
             path=_resolve_path(raw["path"]) if kind == "diffusers" else None,
+            weights=str(raw.get("weights", "builtin.safetensors")),
+            causal=bool(raw.get("causal", False)),
         )
     default = data.get("default", next(iter(presets), ""))
     return default, presets

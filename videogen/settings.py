@@ -3,6 +3,7 @@
 VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the repository's `configs/`)
 VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
 VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
+VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS  the same for the causal (streaming) built-in model
 """
 
 from __future__ import annotations
@@ -21,5 +22,7 @@ def models_dir() -> Path:
     return Path(os.environ.get("VIDEOGEN_MODELS_DIR", "~/.cache/videogen/models")).expanduser()
 
 
-def builtin_weights(default: Path) -> Path:
-    return Path(os.environ.get("VIDEOGEN_BUILTIN_WEIGHTS", default)).expanduser()
+def builtin_weights(default: Path, variant: str = "builtin") -> Path:
+    """`variant` "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS, "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS."""
+    env = "VIDEOGEN_" + variant.upper().replace("-", "_") + "_WEIGHTS"
+    return Path(os.environ.get(env, default)).expanduser()

@@ -46,8 +46,9 @@ class TrainConfig:
     # Clips of 5 and 9 latent frames (17 and 33 frames; 64 tokens per latent frame). The built-in
     # preset renders 2 s segments (9 latent frames) and chains them, so training never needs the
     # quadratic cost of long clips; 1,152 tokens per batch is ~1 s per step on 2 cores.
-    batch_tokens: int = 1152
-    latent_frames: tuple[int, ...] = (5, 9, 9)
+    batch_tokens: int = 2048
+    latent_frames: tuple[int, ...] = (2, 3, 5, 9)
+    loss: str = "x0"  # "x0": MSE on the clean sample; "v": on the implied velocity (weight 1/sigma^2)
     lr: float = 1e-3
     warmup: int = 200
     min_lr_ratio: float = 0.1
@@ -94,9 +95,10 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     return latents, sigmas, noise, captions
 
 
-def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions) -> torch.Tensor:
-    """v-loss with x-prediction: the transformer predicts the clean latents, the loss compares the
-    velocity they imply with the true one (see `videogen.pipeline.velocity_from_sample`)."""
+def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, loss: str = "x0") -> torch.Tensor:
+    """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
+    the true ones; `loss="v"` compares the velocity they imply with the true one (see
+    `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2."""
     from videogen.pipeline import velocity_from_sample
 
     b, c, f, h, w = latents.shape
@@ -107,9 +109,14 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions) -
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
     text = encoder.encode_train(captions)
     x0 = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
-    pred = velocity_from_sample(noisy, x0, s)
     weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
-    return (((pred - target) ** 2) * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
+    if loss == "v":
+        err = velocity_from_sample(noisy, x0, s) - target
+    elif loss == "x0":
+        err = x0 - latents
+    else:
+        raise ValueError(f"loss must be 'x0' or 'v', got {loss!r}")
+    return ((err**2) * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
 
 
 def _lr(cfg: TrainConfig, step: int) -> float:
@@ -154,7 +161,7 @@ def train_builtin(
         latents, sigmas, noise, captions = make_batch(cfg, step, codec)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions)
+        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

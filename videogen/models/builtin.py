@@ -20,7 +20,9 @@ import torch
 from videogen.models.codec import PixelCodec
 from videogen.models.text import VocabPromptEncoder
 
-WEIGHTS_FILE = Path(__file__).resolve().parent / "weights" / "builtin.safetensors"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WEIGHTS_FILE = WEIGHTS_DIR / "builtin.safetensors"
+CAUSAL_WEIGHTS_FILE = WEIGHTS_DIR / "builtin_causal.safetensors"  # the block-causal variant (streaming)
 
 COLOURS = ["red", "green", "blue", "yellow", "white", "orange", "purple", "cyan", "black", "gray"]
 SHAPES = ["circle", "square", "triangle"]
@@ -58,18 +60,21 @@ def build_fresh(init_seed: int = 0):
     return transformer, encoder
 
 
-def build_builtin(init_seed: int = 0):
-    """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones."""
+def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "builtin.safetensors"):
+    """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones.
+    `variant` names the preset ("builtin", "builtin-causal"), `weights` its file in `weights/`."""
     transformer, encoder = build_fresh(init_seed)
-    if is_trained():
+    path = weights_file(variant, weights)
+    if path.is_file():
         from safetensors.torch import load_file
 
-        state = load_file(str(weights_file()))
+        state = load_file(str(path))
         transformer.load_state_dict({k[len("transformer.") :]: v for k, v in state.items() if k.startswith("transformer.")})
         encoder.load_state_dict({k[len("text.") :]: v for k, v in state.items() if k.startswith("text.")})
     else:
         warnings.warn(
-            "the built-in model has not been trained yet: using fixed random weights (output is not recognisable)",
+            f"the {variant} model has no trained weights ({path} is missing): using fixed random weights "
+            "(output is not recognisable)",
             stacklevel=2,
         )
     transformer.eval()
@@ -92,11 +97,11 @@ def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
     return transformer
 
 
-def weights_file() -> Path:
+def weights_file(variant: str = "builtin", weights: str = "builtin.safetensors") -> Path:
     from videogen import settings
 
-    return settings.builtin_weights(WEIGHTS_FILE)
+    return settings.builtin_weights(WEIGHTS_DIR / weights, variant)
 
 
-def is_trained() -> bool:
-    return weights_file().is_file()
+def is_trained(variant: str = "builtin", weights: str = "builtin.safetensors") -> bool:
+    return weights_file(variant, weights).is_file()

@@ -134,7 +134,7 @@ def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", at
 def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
     from videogen.models.builtin import build_builtin, cast_transformer
 
-    transformer, codec, encoder = build_builtin()
+    transformer, codec, encoder = build_builtin(variant=preset.name, weights=preset.weights)
     return VideoModel(
         preset=preset,
         transformer=cast_transformer(transformer, device, dtype),

@@ -1,0 +1,166 @@
+"""Streaming (videogen.streaming / videogen.causal): the KV cache reproduces a block-causal
+forward, memory is fixed over 1,000 chunks, prompt switches re-cache, output is deterministic."""
+
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+import torch
+
+from videogen.causal import install_causal, new_cache, plan_chunk
+from videogen.models.builtin import build_fresh
+from videogen.streaming import StreamControl, StreamSpec, block_causal_forward, stream
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    transformer, encoder = build_fresh(3)
+    transformer.eval()
+    return transformer, encoder
+
+
+def _cached_forward(transformer, x, timesteps, embeds, chunk, sink, window):
+    """Chunk by chunk through the KV cache: chunk j at its own timestep, writing its K/V."""
+    ctx = install_causal(transformer)
+    _, c, f, h, w = x.shape
+    grid_hw = (h // 2, w // 2)
+    cache = new_cache(transformer, batch=1, tokens_per_frame=grid_hw[0] * grid_hw[1], sink=sink, window=window,
+                      latent_shape=(c, h, w), dtype=torch.float32, device="cpu")  # fmt: skip
+    outs = []
+    ctx.mode, ctx.cache = "cache", cache
+    try:
+        for j in range(f // chunk):
+            frames = list(range(j * chunk, (j + 1) * chunk))
+            plan_chunk(ctx, transformer, frames, grid_hw)
+            ctx.write = True
+            n = chunk * grid_hw[0] * grid_hw[1]
+            with torch.no_grad():
+                outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), timesteps[j]),
+                                        encoder_hidden_states=embeds, return_dict=False)[0])  # fmt: skip
+            cache.commit(frames, x[:, :, frames])
+    finally:
+        ctx.mode, ctx.write = None, False
+    return torch.cat(outs, dim=2)
+
+
+@pytest.mark.parametrize("chunk,sink", [(3, 0), (3, 1), (2, 2), (1, 0)])
+def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, sink):
+    transformer, encoder = tiny
+    g = torch.Generator().manual_seed(1)
+    frames = 3 * chunk
+    x = torch.randn(1, 192, frames, 8, 8, generator=g)
+    embeds = encoder.encode(["a red circle moving right on a black background"])
+    timesteps = [0.0, 420.0, 999.0]
+    per_token = torch.tensor(timesteps).repeat_interleave(chunk * 16).view(1, -1)
+    with torch.no_grad():
+        full = block_causal_forward(transformer, x, per_token, embeds, chunk)
+    cached = _cached_forward(transformer, x, timesteps, embeds, chunk, sink=sink, window=frames)
+    # fp32 both ways; they differ only in summation order (SDPA over a masked vs a shorter key set)
+    torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-5)
+
+
+def test_block_causal_forward_ignores_the_future_and_bidirectional_does_not(tiny):
+    transformer, encoder = tiny
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 192, 6, 8, 8, generator=g)
+    y = x.clone()
+    y[:, :, 3:] = torch.randn(1, 192, 3, 8, 8, generator=g)  # change the second chunk only
+    embeds = encoder.encode(["a blue square"])
+    t = torch.full((1, 6 * 16), 500.0)
+    with torch.no_grad():
+        a, b = (block_causal_forward(transformer, v, t, embeds, 3) for v in (x, y))
+        da, db = (transformer(hidden_states=v, timestep=t, encoder_hidden_states=embeds, return_dict=False)[0] for v in (x, y))
+    torch.testing.assert_close(a[:, :, :3], b[:, :, :3], rtol=0, atol=1e-6)
+    assert (da[:, :, :3] - db[:, :, :3]).abs().max() > 1e-3  # the ordinary model does look ahead
+    assert install_causal(transformer).mode is None  # the context is reset after the call
+
+
+@pytest.fixture(scope="module")
+def causal_model():
+    from videogen.models.loader import load_model
+
+    with pytest.warns(UserWarning):
+        return load_model("builtin-causal", device="cpu", dtype="float32", attention="dense")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_memory_stays_bounded_over_1000_chunks(causal_model):
+    spec = StreamSpec("a red circle moving right on a black background", seconds=None, size=(16, 16), steps=1,
+                      chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
+    gen = stream(spec, causal_model)
+    ptrs, rss, frames = None, [], 0
+    for chunk in gen:
+        frames += len(chunk.frames)
+        if chunk.index == 0:
+            state_cache = gen.gi_frame.f_locals["state"].cache
+            ptrs = (state_cache.k.data_ptr(), state_cache.v.data_ptr(), state_cache.nbytes)
+        if chunk.index in (100, 999):
+            rss.append(_rss_mb())
+            assert (state_cache.k.data_ptr(), state_cache.v.data_ptr(), state_cache.nbytes) == ptrs
+            assert len(state_cache.cached_frames()) == 4  # 1 sink + a window of 3
+        if chunk.index == 999:
+            break
+    gen.close()
+    assert frames == 1 + 4 * 999
+    assert rss[1] - rss[0] < 20, f"RSS grew from {rss[0]:.0f} to {rss[1]:.0f} MB over 900 chunks"
+
+
+def test_stream_is_deterministic_and_has_the_exact_length(causal_model):
+    spec = StreamSpec("a green square moving up on a gray background", seconds=2.0, steps=2)
+    a = np.concatenate([c.frames for c in stream(spec, causal_model)])
+    b = np.concatenate([c.frames for c in stream(spec, causal_model)])
+    assert a.shape == (32, 64, 64, 3) and np.array_equal(a, b)
+    assert install_causal(causal_model.transformer).mode is None
+
+
+def test_prompt_switch_rebuilds_the_cache_under_the_new_prompt(causal_model):
+    base = StreamSpec("a red circle moving right on a black background", seconds=3.0, steps=2)
+    switched = StreamSpec(base.prompt, seconds=3.0, steps=2, switches=[(1.0, "a white square staying still on a blue background")])
+    a = list(stream(base, causal_model))
+    b = list(stream(switched, causal_model))
+    # identical until the switch, different after it; the switch lands on the first chunk boundary past 1 s
+    first_after = next(i for i, c in enumerate(b) if c.prompt != base.prompt)
+    assert b[first_after].first_frame >= 16 and b[first_after - 1].first_frame < 16
+    for ca, cb in zip(a[:first_after], b[:first_after]):
+        assert np.array_equal(ca.frames, cb.frames)
+    assert not np.array_equal(a[first_after].frames, b[first_after].frames)
+
+
+def test_control_switch_and_cancel(causal_model):
+    control = StreamControl()
+    spec = StreamSpec("a red circle moving right on a black background", seconds=None, steps=1)
+    seen = []
+    from videogen.errors import RenderCancelled
+
+    with pytest.raises(RenderCancelled):
+        for chunk in stream(spec, causal_model, control=control):
+            seen.append(chunk.prompt)
+            if chunk.index == 1:
+                control.switch_prompt("a yellow triangle moving down on a white background")
+            if chunk.index == 3:
+                control.cancel()
+    assert seen[:2] == [spec.prompt] * 2 and seen[2] == "a yellow triangle moving down on a white background"
+    assert len(seen) == 4
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(seconds=0), "seconds"), (dict(chunk_frames=0), "chunk-frames"), (dict(window_frames=2), "window-frames"),
+    (dict(steps=0), "steps"), (dict(prompt=" "), "prompt"), (dict(size=(60, 64)), "size"),
+])  # fmt: skip
+def test_bad_stream_specs_name_the_field(causal_model, kwargs, field):
+    from videogen.errors import InvalidOption
+
+    args = dict(prompt="a red circle", seconds=1.0)
+    args.update(kwargs)
+    with pytest.raises(InvalidOption, match=field):
+        next(stream(StreamSpec(**args), causal_model))

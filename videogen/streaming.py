@@ -1,0 +1,282 @@
+"""Streaming generation (experimental): an autoregressive-diffusion hybrid that emits frames as
+it goes, for as long as it is asked to.
+
+The video is made chunk by chunk (C latent frames each). A chunk starts as noise and is denoised
+in S steps by a block-causal model (`videogen.causal`) whose self-attention reads the keys and
+values of earlier chunks from a `KVCache`; then one clean-context pass (the denoised chunk at
+timestep 0) writes the chunk's own keys and values into the cache, and the chunk is decoded and
+handed to the caller. This is CausVid / Self-Forcing's inference loop; the cache keeps sink frames
+from the start plus a window of recent frames (LongLive), so memory is fixed and RoPE positions
+stay within the trained range however long the stream runs.
+
+A prompt switch (`StreamControl.switch_prompt`, or a scheduled `StreamSpec.switches`) takes
+effect at the next chunk boundary: the cache is rebuilt from the cached frames' clean latents
+under the new prompt (LongLive's re-cache), so the new prompt steers the next chunk at once
+instead of fighting cross-attention memories of the old one, and the picture does not jump.
+
+All state lives in one `StreamState`; `stream()` is a generator of `StreamChunk`s, so the CLI,
+the API worker and the tests consume it alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from videogen.causal import KVCache, install_causal, new_cache, plan_chunk
+from videogen.errors import InvalidOption, NonFiniteLatents, RenderCancelled
+from videogen.pipeline import guided_velocity, segment_noise
+
+DEFAULT_STREAM_MODEL = "builtin-causal"
+
+
+@dataclass
+class StreamSpec:
+    prompt: str
+    seconds: float | None = 10.0  # None: until cancelled (--forever)
+    model: str = DEFAULT_STREAM_MODEL
+    size: tuple[int, int] | None = None  # (width, height); None = the preset's
+    fps: float | None = None
+    steps: int | None = None  # denoising steps per chunk
+    guidance: float | None = None
+    flow_shift: float | None = None
+    negative_prompt: str = ""
+    seed: int = 0
+    chunk_frames: int = 3  # latent frames per chunk
+    sink_frames: int = 1  # first latent frames kept in the cache for good
+    window_frames: int = 5  # most recent latent frames kept in the cache
+    switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def validate(self) -> None:
+        if not self.prompt or not self.prompt.strip():
+            raise InvalidOption("prompt", self.prompt, "must not be empty")
+        if self.seconds is not None and not (0 < self.seconds <= 24 * 3600):
+            raise InvalidOption("seconds", self.seconds, "must be > 0 (or use --forever)")
+        if not 1 <= self.chunk_frames <= 16:
+            raise InvalidOption("chunk-frames", self.chunk_frames, "must be between 1 and 16 latent frames")
+        if self.sink_frames < 0:
+            raise InvalidOption("sink-frames", self.sink_frames, "must be >= 0")
+        if self.window_frames < self.chunk_frames:
+            raise InvalidOption("window-frames", self.window_frames, f"must be >= --chunk-frames ({self.chunk_frames})")
+        if self.steps is not None and not 1 <= self.steps <= 200:
+            raise InvalidOption("steps", self.steps, "must be between 1 and 200")
+        if self.guidance is not None and not 0 <= self.guidance <= 30:
+            raise InvalidOption("guidance", self.guidance, "must be between 0 and 30")
+        for at, prompt in self.switches:
+            if at < 0 or not prompt.strip():
+                raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    index: int
+    frames: np.ndarray  # (T, H, W, 3) uint8, new frames only
+    first_frame: int  # stream index of frames[0]
+    prompt: str
+    fps: float
+
+    @property
+    def end_seconds(self) -> float:
+        return (self.first_frame + len(self.frames)) / self.fps
+
+
+class StreamControl:
+    """Thread-safe handle on a running stream: switch its prompt or stop it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prompt: str | None = None
+        self._cancel = False
+
+    def switch_prompt(self, prompt: str) -> None:
+        if not prompt or not prompt.strip():
+            raise InvalidOption("prompt", prompt, "must not be empty")
+        with self._lock:
+            self._prompt = prompt
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancel = True
+
+    @property
+    def cancelled(self) -> bool:
+        with self._lock:
+            return self._cancel
+
+    def take_prompt(self) -> str | None:
+        with self._lock:
+            prompt, self._prompt = self._prompt, None
+            return prompt
+
+
+@dataclass
+class StreamState:
+    """Everything a stream carries from one chunk to the next."""
+
+    cache: KVCache
+    prompt: str
+    embeds: torch.Tensor  # (B, L, D): cond[, uncond]
+    chunk: int = 0  # chunks made
+    latent_frames: int = 0  # latent frames made
+    frames: int = 0  # pixel frames emitted
+    last_latent: torch.Tensor | None = None  # (1, C, 1, h, w): the previous chunk's last latent frame
+    recaches: int = 0
+
+
+def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None) -> Iterator[StreamChunk]:
+    """Generate `spec` chunk by chunk, yielding each chunk's frames as soon as they are decoded."""
+    from videogen.models.codec import video_to_uint8
+    from videogen.models.loader import load_model
+
+    spec.validate()
+    if model is None:
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense")
+    preset = model.preset
+    width, height = spec.size or preset.size
+    fps = spec.fps or preset.fps
+    steps = spec.steps or preset.steps
+    guidance = preset.guidance if spec.guidance is None else spec.guidance
+    shift = preset.flow_shift if spec.flow_shift is None else spec.flow_shift
+    mw, mh = model.size_multiple
+    if width % mw or height % mh:
+        raise InvalidOption("size", f"{width}x{height}", f"width must be a multiple of {mw} and height of {mh}")
+    codec = model.codec
+    tf = codec.temporal_factor
+    pt, ph, pw = model.patch_size
+    if spec.chunk_frames % pt:
+        raise InvalidOption("chunk-frames", spec.chunk_frames, f"must be a multiple of the temporal patch size {pt}")
+    h, w = height // codec.spatial_factor, width // codec.spatial_factor
+    grid_hw = (h // ph, w // pw)
+    total = None if spec.seconds is None else max(1, round(spec.seconds * fps))
+
+    transformer = model.transformer
+    ctx = install_causal(transformer)
+    use_cfg = guidance > 1.0
+    encode = model.prompt_encoder.encode
+    uncond = encode([spec.negative_prompt]) if use_cfg else None
+
+    def embeds_for(prompt: str) -> torch.Tensor:
+        e = torch.cat([encode([prompt]), uncond]) if use_cfg else encode([prompt])
+        return e.to(model.device, model.dtype)
+
+    state = StreamState(
+        cache=new_cache(transformer, batch=2 if use_cfg else 1, tokens_per_frame=grid_hw[0] * grid_hw[1],
+                        sink=spec.sink_frames, window=spec.window_frames,
+                        latent_shape=(codec.latent_channels, h, w), dtype=model.dtype, device=model.device),
+        prompt=spec.prompt, embeds=embeds_for(spec.prompt),
+    )  # fmt: skip
+    switches = sorted(spec.switches)
+    ctx.tokens_per_frame = grid_hw[0] * grid_hw[1]
+    try:
+        for index in itertools.count():
+            if control is not None and control.cancelled:
+                raise RenderCancelled(f"stream cancelled before chunk {index}")
+            new_prompt = control.take_prompt() if control is not None else None
+            while switches and switches[0][0] * fps <= state.frames:
+                new_prompt = switches.pop(0)[1]
+            if new_prompt is not None and new_prompt != state.prompt:
+                switch_prompt(model, state, ctx, new_prompt, embeds_for(new_prompt), grid_hw, spec.chunk_frames)
+            latents = _generate_chunk(model, state, ctx, spec, steps, guidance if use_cfg else None, shift,
+                                      (h, w), grid_hw, control)  # fmt: skip
+            video = codec.decode(latents if state.last_latent is None else torch.cat([state.last_latent, latents], 2))
+            frames = video_to_uint8(video if state.last_latent is None else video[:, :, 1:])
+            state.last_latent = latents[:, :, -1:].clone()
+            if total is not None:
+                frames = frames[: total - state.frames]
+            chunk = StreamChunk(index, frames, state.frames, state.prompt, fps)
+            state.frames += len(frames)
+            state.chunk += 1
+            yield chunk
+            if total is not None and state.frames >= total:
+                return
+    finally:
+        ctx.mode, ctx.plan, ctx.cache, ctx.write = None, None, None, False
+
+
+def _forward(transformer, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
+    batch = embeds.shape[0]
+    pt, ph, pw = transformer.config.patch_size
+    n = (x.shape[2] // pt) * (x.shape[3] // ph) * (x.shape[4] // pw)
+    timestep = torch.full((batch, n), float(t), device=x.device)
+    with torch.no_grad():
+        return transformer(hidden_states=x.expand(batch, -1, -1, -1, -1), timestep=timestep,
+                           encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
+
+
+def _write_pass(transformer, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw) -> None:
+    """The clean-context pass: `latents` (1, C, n, h, w) at timestep 0 write their K/V for `frames`."""
+    ctx.mode, ctx.cache = "cache", state.cache
+    plan_chunk(ctx, transformer, frames, grid_hw)
+    ctx.write = True
+    try:
+        _forward(transformer, latents.to(transformer.dtype), 0.0, state.embeds)
+    finally:
+        ctx.write = False
+    state.cache.commit(frames, latents)
+
+
+def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int, guidance: float | None,
+                    shift: float, hw: tuple[int, int], grid_hw, control) -> torch.Tensor:  # fmt: skip
+    transformer = model.transformer
+    c = spec.chunk_frames
+    frames = list(range(state.latent_frames, state.latent_frames + c))
+    latents = segment_noise((1, model.codec.latent_channels, c, *hw), spec.seed, state.chunk).to(model.device)
+    scheduler = model.make_scheduler(shift)
+    scheduler.set_timesteps(steps, device=model.device)
+    ctx.mode, ctx.cache = "cache", state.cache
+    plan_chunk(ctx, transformer, frames, grid_hw)
+    n_train = scheduler.config.num_train_timesteps
+    for i, t in enumerate(scheduler.timesteps):
+        if control is not None and control.cancelled:
+            raise RenderCancelled(f"stream cancelled at step {i + 1} of chunk {state.chunk}")
+        pred = _forward(transformer, latents.to(model.dtype), float(t), state.embeds)
+        velocity = guided_velocity(model, pred, latents, float(t) / n_train, guidance)
+        latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
+        if not torch.isfinite(latents).all():
+            raise NonFiniteLatents(f"chunk {state.chunk}: latents became NaN/Inf at step {i + 1} of {steps}")
+    _write_pass(transformer, ctx, state, latents, frames, grid_hw)
+    state.latent_frames += c
+    return latents
+
+
+def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Tensor, grid_hw, chunk_frames: int) -> None:
+    """Rebuild the cache from the cached frames' clean latents under `prompt` (re-cache): the
+    frames are written again chunk by chunk, oldest first, as they were generated."""
+    cache = state.cache
+    cached = cache.cached_frames()
+    latents = {f: cache.latents[:, cache.slot_for(f)].clone() for f in cached}
+    cache.clear()
+    state.prompt, state.embeds = prompt, embeds
+    groups: list[list[int]] = []  # consecutive frames of one original chunk
+    for f in cached:
+        if groups and f == groups[-1][-1] + 1 and f // chunk_frames == groups[-1][0] // chunk_frames:
+            groups[-1].append(f)
+        else:
+            groups.append([f])
+    for group in groups:
+        x = torch.stack([latents[f] for f in group], dim=1).unsqueeze(0).to(model.device)
+        _write_pass(model.transformer, ctx, state, x, group, grid_hw)
+    state.recaches += 1
+
+
+def block_causal_forward(transformer, x: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
+                         chunk_frames: int) -> torch.Tensor:  # fmt: skip
+    """One forward over a whole sequence with block-causal self-attention (training, and the
+    reference the KV-cache path must reproduce). `timestep`: (B, N) per token."""
+    ctx = install_causal(transformer)
+    _, _, _, hh, ww = x.shape
+    _, ph, pw = transformer.config.patch_size
+    ctx.mode, ctx.chunk_frames, ctx.tokens_per_frame = "full", chunk_frames, (hh // ph) * (ww // pw)
+    try:
+        return transformer(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
+    finally:
+        ctx.mode = None
+
+
