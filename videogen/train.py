@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh
+from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.scenes import random_scene, render_scene
 
@@ -47,8 +47,15 @@ class TrainConfig:
     # preset renders 2 s segments (9 latent frames) and chains them, so training never needs the
     # quadratic cost of long clips; 1,152 tokens per batch is ~1 s per step on 2 cores.
     batch_tokens: int = 2048
-    latent_frames: tuple[int, ...] = (2, 3, 5, 9)
-    loss: str = "x0"  # "x0": MSE on the clean sample; "v": on the implied velocity (weight 1/sigma^2)
+    # Clip lengths in latent frames, drawn uniformly per batch. 1 = a still image (as Wan trains on
+    # images too): 32 scenes per batch teach shapes and colours fast; 9 = the preset's segment.
+    latent_frames: tuple[int, ...] = (1, 1, 2, 3, 5, 9, 9)
+    # "v": the velocity implied by the predicted sample vs the true one (x0 error / sigma^2; sharp
+    # detail); "x0": the clean sample (layout at high noise); "hybrid": both (x0 error weighted
+    # 1/sigma^2 + 4), which keeps the v-loss's detail and weights high noise 5x more.
+    loss: str = "hybrid"
+    causal_chunk: int = 0  # > 0: block-causal attention over chunks of this many latent frames
+    init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     lr: float = 1e-3
     warmup: int = 200
     min_lr_ratio: float = 0.1
@@ -69,6 +76,8 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     """(latents (B,C,F,h,w), sigmas (B,F), captions) for `step`, deterministic from (seed, step)."""
     rng = random.Random(cfg.seed * 1_000_003 + step)
     frames_lat = rng.choice(cfg.latent_frames)
+    if cfg.causal_chunk:  # whole chunks, at least two of them (context + generated)
+        frames_lat = cfg.causal_chunk * max(2, -(-frames_lat // cfg.causal_chunk))
     tokens_per_clip = frames_lat * (cfg.size // 8) ** 2
     batch = max(1, cfg.batch_tokens // tokens_per_clip)
     num_frames = 4 * (frames_lat - 1) + 1
@@ -83,22 +92,31 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     sigmas = torch.empty(batch, frames_lat)
     for b in range(batch):
         mode = rng.random()
-        if mode < 0.5:
+        if cfg.causal_chunk:
+            # Independent noise per chunk; each earlier chunk is clean (the KV cache's clean-context
+            # pass) with probability 1/2, so both teacher-forced and diffusion-forced contexts occur.
+            n_chunks = frames_lat // cfg.causal_chunk
+            per_chunk = _shifted(torch.rand(n_chunks, generator=g), cfg.shift)
+            clean = torch.tensor([rng.random() < 0.5 for _ in range(n_chunks - 1)] + [False])
+            sigmas[b] = torch.where(clean, 0.0, per_chunk).repeat_interleave(cfg.causal_chunk)
+        elif frames_lat == 1 or mode >= 0.75:
+            sigmas[b] = _shifted(torch.rand(1, generator=g), cfg.shift)
+        elif mode < 0.5:
             p = rng.randint(1, min(4, frames_lat - 1))
             sigmas[b] = _shifted(torch.rand(1, generator=g), cfg.shift)
             sigmas[b, :p] = 0.0
-        elif mode < 0.75:
-            sigmas[b] = _shifted(torch.rand(frames_lat, generator=g), cfg.shift)
         else:
-            sigmas[b] = _shifted(torch.rand(1, generator=g), cfg.shift)
+            sigmas[b] = _shifted(torch.rand(frames_lat, generator=g), cfg.shift)
     noise = torch.randn(latents.shape, generator=g)
     return latents, sigmas, noise, captions
 
 
-def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, loss: str = "x0") -> torch.Tensor:
+def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, loss: str = "hybrid",
+                       causal_chunk: int = 0) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
-    `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2."""
+    `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2;
+    "hybrid" is their sum with the x0 term weighted 4."""
     from videogen.pipeline import velocity_from_sample
 
     b, c, f, h, w = latents.shape
@@ -108,15 +126,22 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     tokens_per_frame = (h // 2) * (w // 2)
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
     text = encoder.encode_train(captions)
-    x0 = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+    if causal_chunk:
+        from videogen.streaming import block_causal_forward
+
+        x0 = block_causal_forward(transformer, noisy, timestep, text, causal_chunk)
+    else:
+        x0 = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
     weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
     if loss == "v":
-        err = velocity_from_sample(noisy, x0, s) - target
+        err2 = (velocity_from_sample(noisy, x0, s) - target) ** 2
     elif loss == "x0":
-        err = x0 - latents
+        err2 = (x0 - latents) ** 2
+    elif loss == "hybrid":
+        err2 = (velocity_from_sample(noisy, x0, s) - target) ** 2 + 4 * (x0 - latents) ** 2
     else:
-        raise ValueError(f"loss must be 'x0' or 'v', got {loss!r}")
-    return ((err**2) * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
+        raise ValueError(f"loss must be 'x0', 'v' or 'hybrid', got {loss!r}")
+    return (err2 * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
 
 
 def _lr(cfg: TrainConfig, step: int) -> float:
@@ -138,6 +163,8 @@ def train_builtin(
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     transformer, encoder = build_fresh(cfg.seed)
+    if cfg.init:
+        load_weights(transformer, encoder, cfg.init)
     ema = {k: v.detach().clone() for k, v in _named_state(transformer, encoder).items()}
     params = [p for m in (transformer, encoder) for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
@@ -161,7 +188,7 @@ def train_builtin(
         latents, sigmas, noise, captions = make_batch(cfg, step, codec)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss)
+        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

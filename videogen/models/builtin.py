@@ -66,11 +66,7 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     transformer, encoder = build_fresh(init_seed)
     path = weights_file(variant, weights)
     if path.is_file():
-        from safetensors.torch import load_file
-
-        state = load_file(str(path))
-        transformer.load_state_dict({k[len("transformer.") :]: v for k, v in state.items() if k.startswith("transformer.")})
-        encoder.load_state_dict({k[len("text.") :]: v for k, v in state.items() if k.startswith("text.")})
+        load_weights(transformer, encoder, path)
     else:
         warnings.warn(
             f"the {variant} model has no trained weights ({path} is missing): using fixed random weights "
@@ -80,6 +76,15 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     transformer.eval()
     encoder.eval()
     return transformer, PixelCodec(4, 4), encoder
+
+
+def load_weights(transformer, encoder, path) -> None:
+    """Load a built-in weights file (keys `transformer.*` and `text.*`, see `videogen.train`)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    transformer.load_state_dict({k[len("transformer.") :]: v.float() for k, v in state.items() if k.startswith("transformer.")})
+    encoder.load_state_dict({k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")})
 
 
 def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):

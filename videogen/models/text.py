@@ -45,13 +45,20 @@ class T5PromptEncoder:
 class VocabPromptEncoder(nn.Module):
     """Word-level encoder for the built-in model's caption grammar."""
 
-    def __init__(self, vocab: list[str], dim: int, max_length: int = 16) -> None:
+    def __init__(self, vocab: list[str], dim: int, max_length: int = 16, layers: int = 2, heads: int = 4) -> None:
         super().__init__()
         self.vocab = list(vocab)
         self.index = {w: i + 1 for i, w in enumerate(self.vocab)}  # 0 = padding
         self.max_length = max_length
         self.embed = nn.Embedding(len(self.vocab) + 1, dim, padding_idx=0)
         self.pos = nn.Parameter(torch.zeros(max_length, dim))
+        # A few self-attention layers make each word's embedding depend on its context, so that
+        # "white" in "a white circle" and in "on a white background" reach the video model as
+        # different things (a bag of position-tagged words left colours unbound to their roles).
+        self.context = nn.ModuleList(
+            nn.TransformerEncoderLayer(dim, heads, dim * 2, dropout=0.0, batch_first=True, norm_first=True)
+            for _ in range(layers)
+        )
         self.norm = nn.LayerNorm(dim)
 
     def tokenize(self, prompt: str) -> list[int]:
@@ -77,6 +84,10 @@ class VocabPromptEncoder(nn.Module):
         return self.forward(self.ids(prompts))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        mask = (ids > 0).unsqueeze(-1)
-        x = self.norm(self.embed(ids) + self.pos[: ids.shape[1]])
-        return x * mask  # (B, L, D), zero past the prompt like the T5 path
+        valid = ids > 0
+        pad = ~valid
+        pad[:, 0] = False  # an empty prompt still needs one key to attend to (its output is zeroed below)
+        x = self.embed(ids) + self.pos[: ids.shape[1]]
+        for layer in self.context:
+            x = layer(x, src_key_padding_mask=pad)
+        return self.norm(x) * valid.unsqueeze(-1)  # (B, L, D), zero past the prompt like the T5 path
