@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_drift_parser = None
     if add_drift_parser is not None:
         add_drift_parser(sub)
+    from videogen.stream_cli import add_stream_parser
+
+    add_stream_parser(sub)
     # `serve` and `worker` live with the service (workers/, api/): the library does not import
     # them; they register through the `videogen.commands` entry-point group (pyproject.toml).
     from importlib.metadata import entry_points
