@@ -210,12 +210,13 @@ def test_a_checkpoint_of_another_architecture_is_an_invalid_option(tiny_wan21, t
         load_model(str(tiny_wan21), device="cpu", dtype="float32", checkpoint=str(tmp_path / "three.safetensors"))
 
 
-def test_the_cli_reports_a_bad_checkpoint_in_one_line_with_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("name, reason", [("junk.pt", "neither a torch file nor a .safetensors one"), ("missing.pt", "no such file")])
+def test_the_cli_reports_a_bad_checkpoint_in_one_line_with_exit_2(name, reason, tmp_path, capsys):
     from videogen.cli import main
 
     (tmp_path / "junk.pt").write_text("not a checkpoint")
     out = tmp_path / "out.mp4"
-    assert main(["render", "x", "--checkpoint", str(tmp_path / "junk.pt"), "-o", str(out)]) == 2
+    assert main(["render", "x", "--checkpoint", str(tmp_path / name), "-o", str(out)]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert lines == [f"videogen: error: --checkpoint={tmp_path / 'junk.pt'}: neither a torch file nor a .safetensors one"]
+    assert lines == [f"videogen: error: --checkpoint={tmp_path / name}: {reason}"]
     assert not out.exists()

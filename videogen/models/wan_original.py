@@ -166,7 +166,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
     if it holds no Wan transformer weights."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+        raise FileNotFoundError("no such file")
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -298,7 +298,7 @@ def load_wan_original(path: str | Path, *, config: dict[str, Any] | None = None,
     `config` (None = inferred from the shapes, see `infer_wan_config`) builds the model; the
     modules diffusers keeps in fp32 (time embedding, modulation tables, norms) stay fp32 whatever
     `dtype`, as `from_pretrained(torch_dtype=...)` does. Raises ValueError naming the file and
-    what does not fit."""
+    what does not fit (FileNotFoundError if there is no such file)."""
     from accelerate import init_empty_weights
     from diffusers import WanTransformer3DModel
 
@@ -306,8 +306,8 @@ def load_wan_original(path: str | Path, *, config: dict[str, Any] | None = None,
     try:
         state, _entry = read_checkpoint(path)
         config = dict(config) if config is not None else infer_wan_config(state, head_dim)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise type(exc)(f"{path}: {exc}") from None
     with init_empty_weights(include_buffers=False):  # parameters on "meta": filled by the checkpoint
         model = WanTransformer3DModel(**config)
     if reason := state_dict_mismatch(state, model):
