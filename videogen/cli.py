@@ -32,6 +32,7 @@ _FLAG = {  # spec field -> the CLI's name for it
     "device": "--device",
     "dtype": "--dtype",
     "model": "--model",
+    "checkpoint": "--checkpoint",
     "image": "--image",
     "drift_correction.mode": "--drift-mode",
     "drift_correction.strength": "--drift-strength",
@@ -92,6 +93,8 @@ def _add_render_parser(sub) -> None:
     p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
     p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
     p.add_argument("--model", default="", help="preset name or local diffusers folder (default: builtin)")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="transformer weights replacing the model's (.safetensors/.pt, original Wan or diffusers names)")  # fmt: skip
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int)
@@ -163,7 +166,8 @@ def cmd_render(args) -> int:
     check_output_path(args.output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention,
+                           checkpoint=args.checkpoint)  # fmt: skip
     prepare(spec, model)  # all bad input is reported before any work starts
     for w in caught:
         if "videogen" in str(w.filename) and not args.quiet:
@@ -177,9 +181,10 @@ def cmd_render(args) -> int:
         elif isinstance(event, RenderStarted):
             s = event.settings
             steps_per_segment = s.steps
+            weights = f" with checkpoint {model.extras['checkpoint']}" if "checkpoint" in model.extras else ""
             print(
                 f"videogen: {event.plan.total_frames} frames at {s.width}x{s.height} {s.fps:g} fps, "
-                f"{len(event.plan)} segment(s) x {s.steps} steps, model {model.preset.name}, attention {model.attention}",
+                f"{len(event.plan)} segment(s) x {s.steps} steps, model {model.preset.name}{weights}, attention {model.attention}",
                 file=sys.stderr,
             )
             seg_bar = tqdm(total=len(event.plan), desc="segments", unit="seg", position=0, file=sys.stderr)

@@ -308,9 +308,11 @@ class _Checkpoints:
     def __init__(self, root: Path, spec: RenderSpec, model, continue_from=None) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        ident = json.dumps({"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention,
-                            "continue_from": str(continue_from)}, sort_keys=True)  # fmt: skip
-        self.key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+        ident = {"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention,
+                 "continue_from": str(continue_from)}  # fmt: skip
+        if "checkpoint" in model.extras:  # other weights, other video (only then: old workdirs keep their keys)
+            ident["checkpoint"] = model.extras["checkpoint"]
+        self.key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     def _file(self, index: int) -> Path:
         return self.root / f"segment-{self.key}-{index:05d}.pt"

@@ -116,8 +116,11 @@ def check_model_folder(path: Path) -> dict[str, Any]:
     return index
 
 
-def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", attention: str | None = None) -> VideoModel:
-    """Load a preset or folder. `attention` (None = the preset's default) is fixed for the model's life."""
+def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", attention: str | None = None,
+               checkpoint: str | None = None) -> VideoModel:  # fmt: skip
+    """Load a preset or folder. `attention` (None = the preset's default) is fixed for the model's life.
+    `checkpoint`: a transformer weights file (original Wan or diffusers naming, e.g. a Self-Forcing
+    or CausVid `.pt`) that replaces the transformer's weights; it must fit the transformer's config."""
     preset = resolve_preset(model)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -125,10 +128,28 @@ def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", at
         vm = _load_builtin(preset, dev, dt)
     else:
         vm = _load_diffusers(preset, dev, dt)
+    if checkpoint is not None:
+        _load_checkpoint(vm, checkpoint)
     from videogen.attention import install_attention
 
     vm.attention = install_attention(vm, attention or preset.attention)
     return vm
+
+
+def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
+    """Replace `vm.transformer`'s weights with `checkpoint`'s; they keep the transformer's dtypes."""
+    from videogen.models.wan_original import read_checkpoint, state_dict_mismatch
+
+    if vm.transformer_2 is not None:  # which expert would it replace? Refuse rather than guess.
+        raise InvalidOption("checkpoint", checkpoint, "the model has two transformer experts; a checkpoint replaces one")
+    try:
+        state, entry = read_checkpoint(checkpoint)
+    except (OSError, ValueError) as exc:
+        raise InvalidOption("checkpoint", checkpoint, str(exc)) from None
+    if reason := state_dict_mismatch(state, vm.transformer):
+        raise InvalidOption("checkpoint", checkpoint, f"does not fit the model's transformer: {reason}")
+    vm.transformer.load_state_dict(state, strict=True)
+    vm.extras["checkpoint"] = f"{checkpoint} ({entry})" if entry else str(checkpoint)
 
 
 def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:

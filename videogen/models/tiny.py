@@ -33,6 +33,15 @@ def build_tokenizer():
     )
 
 
+def tiny_transformer_config(latent_channels: int = 16) -> dict:
+    """The tiny pipelines' `WanTransformer3DModel` config: 2 heads x 12 dims, 2 layers, 32-wide text."""
+    return dict(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=latent_channels,
+        out_channels=latent_channels, text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+    )  # fmt: skip
+
+
 def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0) -> Path:
     """Write a tiny `WanPipeline` folder. `variant`: "wan2.1" (16-ch VAE, 8x) or "wan2.2-ti2v"
     (48-ch residual VAE with 2x2 patching, 16x, per-token timesteps)."""
@@ -60,11 +69,7 @@ def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0) -> P
         scheduler = FlowMatchEulerDiscreteScheduler(shift=5.0)
     else:
         raise ValueError(f"`variant` must be 'wan2.1' or 'wan2.2-ti2v', got {variant!r}")
-    transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=z, out_channels=z,
-        text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
-    )  # fmt: skip
+    transformer = WanTransformer3DModel(**tiny_transformer_config(z))
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
                        scheduler=scheduler, expand_timesteps=expand)  # fmt: skip
     pipe.save_pretrained(path, safe_serialization=True)
