@@ -154,7 +154,7 @@ def test_control_switch_and_cancel(causal_model):
 
 
 @pytest.mark.parametrize("kwargs,field", [
-    (dict(seconds=0), "seconds"), (dict(chunk_frames=0), "chunk-frames"), (dict(window_frames=2), "window-frames"),
+    (dict(seconds=0), "seconds"), (dict(chunk_frames=0), "chunk_frames"), (dict(window_frames=2), "window_frames"),
     (dict(steps=0), "steps"), (dict(prompt=" "), "prompt"), (dict(size=(60, 64)), "size"),
 ])  # fmt: skip
 def test_bad_stream_specs_name_the_field(causal_model, kwargs, field):
@@ -164,3 +164,40 @@ def test_bad_stream_specs_name_the_field(causal_model, kwargs, field):
     args.update(kwargs)
     with pytest.raises(InvalidOption, match=field):
         next(stream(StreamSpec(**args), causal_model))
+
+
+def test_cli_stream_writes_mp4_and_mjpeg_to_stdout(tmp_path):
+    import subprocess
+    import sys
+
+    from videogen.io import probe
+
+    cmd = [sys.executable, "-m", "videogen.cli", "stream", "a red circle moving right on a black background", "--seconds", "2"]
+    out = tmp_path / "s.mp4"
+    r = subprocess.run(cmd + ["-o", str(out), "-q", "--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    info = probe(out)
+    assert (info.width, info.height, info.num_frames) == (64, 64, 32)
+    r = subprocess.run(cmd + ["-o", "-", "-q", "--steps", "1", "--switch", "1:a blue square moving up on a gray background"],
+                       capture_output=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(b"\xff\xd8\xff") == 32  # 32 JPEG frames, back to back (ffplay -f mjpeg -)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-o", "x.avi"], "--output=x.avi"), (["-o", "-", "--format", "mp4"], "--format=mp4"),
+    (["-o", "x.mp4", "--switch", "soon:a cat"], "--switch=soon:a cat"), (["-o", "x.mp4", "--window-frames", "2"], "--window-frames=2"),
+    (["-o", "x.mp4", "--model", "builtin"], "--model=builtin"),
+])  # fmt: skip
+def test_cli_stream_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    from videogen.cli import main
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.chdir(tmp_path):
+        code = main(["stream", "a red circle", "--seconds", "1", "-q"] + args)
+    lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("videogen: error")]
+    assert code == 2 and len(lines) == 1 and message in lines[0], err.getvalue()
+    assert not list(tmp_path.iterdir())

@@ -160,11 +160,14 @@ def test_generator_ema_is_preferred_over_generator(source, checkpoints):
     assert torch.equal(state["proj_out.weight"], source.state_dict()["proj_out.weight"])
 
 
-def test_a_checkpoint_that_pickles_an_object_loads_after_a_warning(source, tmp_path):
+def test_a_checkpoint_that_pickles_an_object_needs_trust_and_then_loads_after_a_warning(source, tmp_path, monkeypatch):
     import argparse
 
     torch.save({"generator": original_state(source, "model."), "args": argparse.Namespace(lr=2e-6)}, tmp_path / "args.pt")
-    with pytest.warns(UserWarning, match="pickles argparse.Namespace.*only do this with checkpoints you trust"):
+    with pytest.raises(ValueError, match="pickles argparse.Namespace.*VIDEOGEN_TRUST_CHECKPOINTS=1"):
+        load_wan_original(tmp_path / "args.pt", head_dim=12)
+    monkeypatch.setenv("VIDEOGEN_TRUST_CHECKPOINTS", "1")
+    with pytest.warns(UserWarning, match="pickles argparse.Namespace"):
         loaded = load_wan_original(tmp_path / "args.pt", head_dim=12)
     assert torch.equal(forward(loaded), forward(source))
 

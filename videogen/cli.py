@@ -51,7 +51,9 @@ class _Parser(argparse.ArgumentParser):
 def _option_name(field: str) -> str:
     if field.startswith("shots["):
         return "--shot " + field
-    return _FLAG.get(field, field)
+    if field in _FLAG or field.startswith("-") or field.isupper():
+        return _FLAG.get(field, field)
+    return "--" + field.replace("_", "-")  # a spec field of the same name as its option
 
 
 def _parse_shot(text: str) -> tuple[str, float]:

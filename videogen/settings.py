@@ -4,6 +4,7 @@ VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the repository's `con
 VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
 VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
 VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS  the same for the causal (streaming) built-in model
+VIDEOGEN_TRUST_CHECKPOINTS  1: unpickle --checkpoint files that hold more than tensors (can run code)
 """
 
 from __future__ import annotations
@@ -26,3 +27,7 @@ def builtin_weights(default: Path, variant: str = "builtin") -> Path:
     """`variant` "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS, "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS."""
     env = "VIDEOGEN_" + variant.upper().replace("-", "_") + "_WEIGHTS"
     return Path(os.environ.get(env, default)).expanduser()
+
+
+def trust_checkpoints() -> bool:
+    return os.environ.get("VIDEOGEN_TRUST_CHECKPOINTS", "") == "1"

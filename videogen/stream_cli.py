@@ -34,6 +34,8 @@ def add_stream_parser(sub) -> None:
     p.add_argument("--switch", action="append", default=[], metavar="SECONDS:PROMPT", help="change the prompt at SECONDS; repeat")
     p.add_argument("--interactive", action="store_true", help="read new prompts from stdin, one per line")
     p.add_argument("--model", default="builtin-causal", help="a causal preset (default: builtin-causal)")
+    p.add_argument("--checkpoint", metavar="FILE", help="causal generator weights (original Wan or diffusers naming, "
+                   "e.g. Self-Forcing / CausVid / LongLive) over --model's Wan folder")
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int, help="denoising steps per chunk")
@@ -128,18 +130,20 @@ def cmd_stream(args) -> int:
         sink_frames=args.sink_frames,
         window_frames=args.window_frames,
         switches=[_parse_switch(s) for s in args.switch],
+        checkpoint=args.checkpoint,
         device=args.device,
         dtype=args.dtype,
     )
     spec.validate()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense")
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
     for w in caught:
         if "videogen" in str(w.filename) and not args.quiet:
             print(f"videogen: warning: {w.message}", file=sys.stderr)
-    if not model.preset.causal:
-        raise InvalidOption("--model", spec.model, "is not a block-causal model (try builtin-causal)")
+    if not model.preset.causal and spec.checkpoint is None:
+        raise InvalidOption("--model", spec.model, "is not a block-causal model (try builtin-causal, or --checkpoint "
+                            "with a causal generator's weights)")
     width, height = spec.size or model.preset.size
     fps = spec.fps or model.preset.fps
     control = StreamControl()

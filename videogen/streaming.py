@@ -51,6 +51,7 @@ class StreamSpec:
     sink_frames: int = 1  # first latent frames kept in the cache for good
     window_frames: int = 5  # most recent latent frames kept in the cache
     switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
+    checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
     device: str = "auto"
     dtype: str = "auto"
 
@@ -60,11 +61,11 @@ class StreamSpec:
         if self.seconds is not None and not (0 < self.seconds <= 24 * 3600):
             raise InvalidOption("seconds", self.seconds, "must be > 0 (or use --forever)")
         if not 1 <= self.chunk_frames <= 16:
-            raise InvalidOption("chunk-frames", self.chunk_frames, "must be between 1 and 16 latent frames")
+            raise InvalidOption("chunk_frames", self.chunk_frames, "must be between 1 and 16 latent frames")
         if self.sink_frames < 0:
-            raise InvalidOption("sink-frames", self.sink_frames, "must be >= 0")
+            raise InvalidOption("sink_frames", self.sink_frames, "must be >= 0")
         if self.window_frames < self.chunk_frames:
-            raise InvalidOption("window-frames", self.window_frames, f"must be >= --chunk-frames ({self.chunk_frames})")
+            raise InvalidOption("window_frames", self.window_frames, f"must be >= chunk_frames ({self.chunk_frames})")
         if self.steps is not None and not 1 <= self.steps <= 200:
             raise InvalidOption("steps", self.steps, "must be between 1 and 200")
         if self.guidance is not None and not 0 <= self.guidance <= 30:
@@ -137,7 +138,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
 
     spec.validate()
     if model is None:
-        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense")
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
     preset = model.preset
     width, height = spec.size or preset.size
     fps = spec.fps or preset.fps
@@ -151,7 +152,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
     tf = codec.temporal_factor
     pt, ph, pw = model.patch_size
     if spec.chunk_frames % pt:
-        raise InvalidOption("chunk-frames", spec.chunk_frames, f"must be a multiple of the temporal patch size {pt}")
+        raise InvalidOption("chunk_frames", spec.chunk_frames, f"must be a multiple of the temporal patch size {pt}")
     h, w = height // codec.spatial_factor, width // codec.spatial_factor
     grid_hw = (h // ph, w // pw)
     total = None if spec.seconds is None else max(1, round(spec.seconds * fps))

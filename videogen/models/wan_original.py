@@ -183,8 +183,8 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
 
 def _torch_load(path: Path) -> Any:
     """torch.load with weights_only=True: tensors and containers only, so unpickling cannot run
-    code. A training checkpoint that also pickled an object (its config, say) is loaded in full
-    after a warning that names the object: do that only with files you trust. Zip-format files
+    code. A training checkpoint that also pickled an object (its config, say) is refused unless
+    VIDEOGEN_TRUST_CHECKPOINTS=1, and then loaded in full after a warning naming the object. Zip-format files
     (torch.save's default) are memory-mapped: of a Self-Forcing file holding "generator_ema",
     "generator" and more, only the weights used are read."""
     import pickle
@@ -200,8 +200,13 @@ def _torch_load(path: Path) -> Any:
             raise ValueError("neither a torch file nor a .safetensors one") from None
     except (RuntimeError, EOFError) as exc:  # e.g. a truncated zip archive
         raise ValueError(f"not a readable torch file ({_first_line(exc)})") from None
+    from videogen import settings
+
+    if not settings.trust_checkpoints():
+        raise ValueError(f"pickles {refused[1]}, which safe (weights-only) loading refuses; unpickling can run code "
+                         f"from the file: set VIDEOGEN_TRUST_CHECKPOINTS=1 to load checkpoints you trust")  # fmt: skip
     warnings.warn(f"{path}: pickles {refused[1]}, which weights_only loading refuses; unpickling the "
-                  f"whole file (only do this with checkpoints you trust)", stacklevel=3)  # fmt: skip
+                  f"whole file (VIDEOGEN_TRUST_CHECKPOINTS=1)", stacklevel=3)  # fmt: skip
     try:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as exc:  # e.g. the pickled object's module is not installed here
