@@ -70,20 +70,35 @@ def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> Prom
     return PromptScore(scene.caption(), unseen, colour, shape, motion, background, float(np.mean(presence)))
 
 
+def _streamed(model, prompt: str, seconds: float, seed: int, steps, guidance) -> np.ndarray:
+    from videogen.streaming import StreamSpec, stream
+
+    spec = StreamSpec(prompt, seconds=seconds, model=model.preset.name, seed=seed, steps=steps, guidance=guidance)
+    return np.concatenate([c.frames for c in stream(spec, model)])
+
+
 def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuation: int = 4,
                      steps: int | None = None, guidance: float | None = None, log=None) -> dict:  # fmt: skip
+    """Scores `model` (a built-in preset). A block-causal model (`preset.causal`) is scored on its
+    streamed output (`videogen.streaming`), chunk by chunk through the KV cache; its continuation
+    check splits one long stream into 8 windows instead of chaining segments."""
     from videogen.io import VideoReader
     from videogen.rendering import render
     from videogen.spec import RenderSpec
 
+    streaming = bool(getattr(model.preset, "causal", False))
     scores: list[PromptScore] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for i, (scene, unseen) in enumerate(eval_prompts(n_seen, n_unseen)):
-            spec = RenderSpec.single(scene.caption(), 5.0, seed=i, steps=steps, guidance=guidance)
-            for _ in render(spec, tmp / "v.mp4", model=model, thumbnail=False):
-                pass
-            s = score_frames(VideoReader(tmp / "v.mp4").read_all(), scene, unseen)
+            if streaming:
+                frames = _streamed(model, scene.caption(), 5.0, i, steps, guidance)
+            else:
+                spec = RenderSpec.single(scene.caption(), 5.0, seed=i, steps=steps, guidance=guidance)
+                for _ in render(spec, tmp / "v.mp4", model=model, thumbnail=False):
+                    pass
+                frames = VideoReader(tmp / "v.mp4").read_all()
+            s = score_frames(frames, scene, unseen)
             scores.append(s)
             if log:
                 log(f"{'unseen' if unseen else 'seen  '} {'OK  ' if s.correct else 'MISS'} {s}")
@@ -95,16 +110,21 @@ def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuati
             while scene.objects[0].motion in ("still", "bouncing"):  # direction must be measurable
                 scene = random_scene(rng, held_out="exclude", max_objects=1)
             scene = Scene(scene.objects, scene.background, "none")
-            spec = RenderSpec.single(scene.caption(), 38.0, seed=100 + i, steps=steps, guidance=guidance,
-                                     segment_seconds=5.0, overlap_frames=5)  # fmt: skip
             bounds = []
-            for ev in render(spec, tmp / "c.mp4", model=model, thumbnail=False):
-                if type(ev).__name__ == "RenderStarted":
-                    start = 0
-                    for seg in ev.plan.segments:
-                        bounds.append((start, start + seg.new_frames))
-                        start += seg.new_frames
-            frames = VideoReader(tmp / "c.mp4").read_all()
+            if streaming:
+                frames = _streamed(model, scene.caption(), 38.0, 100 + i, steps, guidance)
+                edges = np.linspace(0, len(frames), 9).astype(int)
+                bounds = list(zip(edges[:-1], edges[1:]))
+            else:
+                spec = RenderSpec.single(scene.caption(), 38.0, seed=100 + i, steps=steps, guidance=guidance,
+                                         segment_seconds=5.0, overlap_frames=5)  # fmt: skip
+                for ev in render(spec, tmp / "c.mp4", model=model, thumbnail=False):
+                    if type(ev).__name__ == "RenderStarted":
+                        start = 0
+                        for seg in ev.plan.segments:
+                            bounds.append((start, start + seg.new_frames))
+                            start += seg.new_frames
+                frames = VideoReader(tmp / "c.mp4").read_all()
             for a, b in bounds[:8]:
                 s = score_frames(frames[a:b], scene)
                 cont_total += 1
