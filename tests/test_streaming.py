@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.causal import install_causal, new_cache, plan_chunk
+from videogen.causal import chunk_frames_of, install_causal, new_cache, plan_chunk
 from videogen.models.builtin import build_fresh
 from videogen.streaming import StreamControl, StreamSpec, block_causal_forward, stream
 
@@ -22,7 +22,7 @@ def tiny():
     return transformer, encoder
 
 
-def _cached_forward(transformer, x, timesteps, embeds, chunk, sink, window):
+def _cached_forward(transformer, x, timesteps, embeds, chunk, first, sink, window):
     """Chunk by chunk through the KV cache: chunk j at its own timestep, writing its K/V."""
     ctx = install_causal(transformer)
     _, c, f, h, w = x.shape
@@ -32,13 +32,13 @@ def _cached_forward(transformer, x, timesteps, embeds, chunk, sink, window):
     outs = []
     ctx.mode, ctx.cache = "cache", cache
     try:
-        for j in range(f // chunk):
-            frames = list(range(j * chunk, (j + 1) * chunk))
+        for j, t in enumerate(timesteps):
+            frames = chunk_frames_of(j, chunk, first)
             plan_chunk(ctx, transformer, frames, grid_hw)
             ctx.write = True
-            n = chunk * grid_hw[0] * grid_hw[1]
+            n = len(frames) * grid_hw[0] * grid_hw[1]
             with torch.no_grad():
-                outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), timesteps[j]),
+                outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), t),
                                         encoder_hidden_states=embeds, return_dict=False)[0])  # fmt: skip
             cache.commit(frames, x[:, :, frames])
     finally:
@@ -46,18 +46,19 @@ def _cached_forward(transformer, x, timesteps, embeds, chunk, sink, window):
     return torch.cat(outs, dim=2)
 
 
-@pytest.mark.parametrize("chunk,sink", [(3, 0), (3, 1), (2, 2), (1, 0)])
-def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, sink):
+@pytest.mark.parametrize("chunk,first,sink", [(3, 1, 0), (3, 1, 1), (3, 3, 1), (2, 2, 2), (1, 1, 0)])
+def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, first, sink):
     transformer, encoder = tiny
     g = torch.Generator().manual_seed(1)
-    frames = 3 * chunk
+    frames = first + 2 * chunk
     x = torch.randn(1, 192, frames, 8, 8, generator=g)
     embeds = encoder.encode(["a red circle moving right on a black background"])
     timesteps = [0.0, 420.0, 999.0]
-    per_token = torch.tensor(timesteps).repeat_interleave(chunk * 16).view(1, -1)
+    sizes = torch.tensor([first, chunk, chunk]) * 16
+    per_token = torch.tensor(timesteps).repeat_interleave(sizes).view(1, -1)
     with torch.no_grad():
-        full = block_causal_forward(transformer, x, per_token, embeds, chunk)
-    cached = _cached_forward(transformer, x, timesteps, embeds, chunk, sink=sink, window=frames)
+        full = block_causal_forward(transformer, x, per_token, embeds, chunk, first)
+    cached = _cached_forward(transformer, x, timesteps, embeds, chunk, first, sink=sink, window=frames)
     # fp32 both ways; they differ only in summation order (SDPA over a masked vs a shorter key set)
     torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-5)
 
@@ -71,7 +72,7 @@ def test_block_causal_forward_ignores_the_future_and_bidirectional_does_not(tiny
     embeds = encoder.encode(["a blue square"])
     t = torch.full((1, 6 * 16), 500.0)
     with torch.no_grad():
-        a, b = (block_causal_forward(transformer, v, t, embeds, 3) for v in (x, y))
+        a, b = (block_causal_forward(transformer, v, t, embeds, 3, first_chunk_frames=3) for v in (x, y))
         da, db = (transformer(hidden_states=v, timestep=t, encoder_hidden_states=embeds, return_dict=False)[0] for v in (x, y))
     torch.testing.assert_close(a[:, :, :3], b[:, :, :3], rtol=0, atol=1e-6)
     assert (da[:, :, :3] - db[:, :, :3]).abs().max() > 1e-3  # the ordinary model does look ahead
@@ -96,7 +97,7 @@ def _rss_mb() -> float:
 
 def test_memory_stays_bounded_over_1000_chunks(causal_model):
     spec = StreamSpec("a red circle moving right on a black background", seconds=None, size=(16, 16), steps=1,
-                      chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
+                      chunk_frames=1, first_chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
     gen = stream(spec, causal_model)
     ptrs, rss, frames = None, [], 0
     for chunk in gen:

@@ -38,3 +38,25 @@ def _check_resume(tmp_path):
     assert wa.keys() == wb.keys() and any(k.startswith("text.") for k in wa)
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
+
+
+def test_causal_batches_have_whole_chunks_with_one_noise_level_each():
+    cfg = TrainConfig(causal_chunk=3, latent_frames=(2, 5, 9), batch_tokens=640)
+    seen_clean_context = False
+    for step in range(12):
+        latents, sig, _, _ = make_batch(cfg, step, PixelCodec())
+        f = sig.shape[1]
+        assert f in (7, 10) and latents.shape[2] == f  # the first frame alone + 2 or 3 chunks of 3
+        for row in sig:
+            chunks = [row[:1]] + list(row[1:].split(3))
+            assert all(torch.all(c == c[0]) for c in chunks)  # one sigma per chunk
+            assert chunks[-1][0] > 0  # the last chunk is always generated
+            seen_clean_context |= bool((row == 0).any())
+    assert seen_clean_context
+
+
+def test_causal_training_steps_run_and_lower_nothing_to_nan(tmp_path):
+    cfg = TrainConfig(steps=2, causal_chunk=3, latent_frames=(5,), batch_tokens=448, warmup=1, checkpoint_every=2)
+    out = train_builtin(cfg, tmp_path / "c", output=tmp_path / "c.safetensors", log=lambda m: None)
+    w = load_file(str(out))
+    assert all(torch.isfinite(v).all() for v in w.values())

@@ -111,6 +111,7 @@ class _ChunkPlan:
 class CausalContext:
     mode: str | None = None  # None | "full" | "cache"
     chunk_frames: int = 3  # latent frames per chunk ("full" mode)
+    first_chunk_frames: int = 1  # the first chunk's length (1: the first frame alone, as Wan's VAE has it)
     tokens_per_frame: int = 0
     cache: KVCache | None = None
     write: bool = False
@@ -118,8 +119,25 @@ class CausalContext:
 
     def block_causal_mask(self, n_tokens: int, device) -> torch.Tensor:
         """(N, N) bool, True = may attend: key chunk <= query chunk."""
-        chunk = torch.arange(n_tokens, device=device) // (self.tokens_per_frame * self.chunk_frames)
+        frame = torch.arange(n_tokens, device=device) // self.tokens_per_frame
+        chunk = chunk_index(frame, self.chunk_frames, self.first_chunk_frames)
         return chunk[None, :] <= chunk[:, None]
+
+
+def chunk_index(frame, chunk_frames: int, first_chunk_frames: int):
+    """The chunk a latent frame belongs to: frames [0, first) are chunk 0, then chunks of
+    `chunk_frames` (ints or an integer tensor)."""
+    if isinstance(frame, torch.Tensor):
+        return torch.where(frame < first_chunk_frames, 0, 1 + (frame - first_chunk_frames) // chunk_frames)
+    return 0 if frame < first_chunk_frames else 1 + (frame - first_chunk_frames) // chunk_frames
+
+
+def chunk_frames_of(index: int, chunk_frames: int, first_chunk_frames: int) -> list[int]:
+    """The latent frames of chunk `index`."""
+    if index == 0:
+        return list(range(first_chunk_frames))
+    start = first_chunk_frames + (index - 1) * chunk_frames
+    return list(range(start, start + chunk_frames))
 
 
 def rope_for_frames(rope, positions: list[int], grid_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:

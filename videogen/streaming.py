@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from videogen.causal import KVCache, install_causal, new_cache, plan_chunk
+from videogen.causal import KVCache, chunk_frames_of, chunk_index, install_causal, new_cache, plan_chunk
 from videogen.errors import InvalidOption, NonFiniteLatents, RenderCancelled
 from videogen.pipeline import guided_velocity, segment_noise
 
@@ -47,9 +47,10 @@ class StreamSpec:
     flow_shift: float | None = None
     negative_prompt: str = ""
     seed: int = 0
-    chunk_frames: int = 3  # latent frames per chunk
+    chunk_frames: int = 3  # latent frames per chunk (12 pixel frames with Wan's 4x temporal stride)
+    first_chunk_frames: int = 1  # the first chunk: the first frame alone, on screen fastest
     sink_frames: int = 1  # first latent frames kept in the cache for good
-    window_frames: int = 5  # most recent latent frames kept in the cache
+    window_frames: int = 6  # most recent latent frames kept in the cache
     switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
     checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
     device: str = "auto"
@@ -62,6 +63,8 @@ class StreamSpec:
             raise InvalidOption("seconds", self.seconds, "must be > 0 (or use --forever)")
         if not 1 <= self.chunk_frames <= 16:
             raise InvalidOption("chunk_frames", self.chunk_frames, "must be between 1 and 16 latent frames")
+        if not 1 <= self.first_chunk_frames <= 16:
+            raise InvalidOption("first_chunk_frames", self.first_chunk_frames, "must be between 1 and 16 latent frames")
         if self.sink_frames < 0:
             raise InvalidOption("sink_frames", self.sink_frames, "must be >= 0")
         if self.window_frames < self.chunk_frames:
@@ -151,8 +154,9 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
     codec = model.codec
     tf = codec.temporal_factor
     pt, ph, pw = model.patch_size
-    if spec.chunk_frames % pt:
-        raise InvalidOption("chunk_frames", spec.chunk_frames, f"must be a multiple of the temporal patch size {pt}")
+    for name in ("chunk_frames", "first_chunk_frames"):
+        if getattr(spec, name) % pt:
+            raise InvalidOption(name, getattr(spec, name), f"must be a multiple of the temporal patch size {pt}")
     h, w = height // codec.spatial_factor, width // codec.spatial_factor
     grid_hw = (h // ph, w // pw)
     total = None if spec.seconds is None else max(1, round(spec.seconds * fps))
@@ -175,6 +179,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
     )  # fmt: skip
     switches = sorted(spec.switches)
     ctx.tokens_per_frame = grid_hw[0] * grid_hw[1]
+    ctx.chunk_frames, ctx.first_chunk_frames = spec.chunk_frames, spec.first_chunk_frames
     try:
         for index in itertools.count():
             if control is not None and control.cancelled:
@@ -183,7 +188,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
             while switches and switches[0][0] * fps <= state.frames:
                 new_prompt = switches.pop(0)[1]
             if new_prompt is not None and new_prompt != state.prompt:
-                switch_prompt(model, state, ctx, new_prompt, embeds_for(new_prompt), grid_hw, spec.chunk_frames)
+                switch_prompt(model, state, ctx, new_prompt, embeds_for(new_prompt), grid_hw)
             latents = _generate_chunk(model, state, ctx, spec, steps, guidance if use_cfg else None, shift,
                                       (h, w), grid_hw, control)  # fmt: skip
             video = codec.decode(latents if state.last_latent is None else torch.cat([state.last_latent, latents], 2))
@@ -226,8 +231,8 @@ def _write_pass(transformer, ctx, state: StreamState, latents: torch.Tensor, fra
 def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int, guidance: float | None,
                     shift: float, hw: tuple[int, int], grid_hw, control) -> torch.Tensor:  # fmt: skip
     transformer = model.transformer
-    c = spec.chunk_frames
-    frames = list(range(state.latent_frames, state.latent_frames + c))
+    frames = chunk_frames_of(state.chunk, spec.chunk_frames, spec.first_chunk_frames)
+    c = len(frames)
     latents = segment_noise((1, model.codec.latent_channels, c, *hw), spec.seed, state.chunk).to(model.device)
     scheduler = model.make_scheduler(shift)
     scheduler.set_timesteps(steps, device=model.device)
@@ -247,7 +252,7 @@ def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int
     return latents
 
 
-def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Tensor, grid_hw, chunk_frames: int) -> None:
+def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Tensor, grid_hw) -> None:
     """Rebuild the cache from the cached frames' clean latents under `prompt` (re-cache): the
     frames are written again chunk by chunk, oldest first, as they were generated."""
     cache = state.cache
@@ -255,9 +260,12 @@ def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Ten
     latents = {f: cache.latents[:, cache.slot_for(f)].clone() for f in cached}
     cache.clear()
     state.prompt, state.embeds = prompt, embeds
+    def chunk_of(f: int) -> int:
+        return chunk_index(f, ctx.chunk_frames, ctx.first_chunk_frames)
+
     groups: list[list[int]] = []  # consecutive frames of one original chunk
     for f in cached:
-        if groups and f == groups[-1][-1] + 1 and f // chunk_frames == groups[-1][0] // chunk_frames:
+        if groups and f == groups[-1][-1] + 1 and chunk_of(f) == chunk_of(groups[-1][0]):
             groups[-1].append(f)
         else:
             groups.append([f])
@@ -268,13 +276,14 @@ def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Ten
 
 
 def block_causal_forward(transformer, x: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
-                         chunk_frames: int) -> torch.Tensor:  # fmt: skip
+                         chunk_frames: int, first_chunk_frames: int = 1) -> torch.Tensor:  # fmt: skip
     """One forward over a whole sequence with block-causal self-attention (training, and the
     reference the KV-cache path must reproduce). `timestep`: (B, N) per token."""
     ctx = install_causal(transformer)
     _, _, _, hh, ww = x.shape
     _, ph, pw = transformer.config.patch_size
-    ctx.mode, ctx.chunk_frames, ctx.tokens_per_frame = "full", chunk_frames, (hh // ph) * (ww // pw)
+    ctx.mode, ctx.chunk_frames, ctx.first_chunk_frames = "full", chunk_frames, first_chunk_frames
+    ctx.tokens_per_frame = (hh // ph) * (ww // pw)
     try:
         return transformer(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
     finally:

@@ -76,8 +76,8 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     """(latents (B,C,F,h,w), sigmas (B,F), captions) for `step`, deterministic from (seed, step)."""
     rng = random.Random(cfg.seed * 1_000_003 + step)
     frames_lat = rng.choice(cfg.latent_frames)
-    if cfg.causal_chunk:  # whole chunks, at least two of them (context + generated)
-        frames_lat = cfg.causal_chunk * max(2, -(-frames_lat // cfg.causal_chunk))
+    if cfg.causal_chunk:  # the first frame alone, then whole chunks (at least two: context + generated)
+        frames_lat = 1 + cfg.causal_chunk * max(2, -(-(frames_lat - 1) // cfg.causal_chunk))
     tokens_per_clip = frames_lat * (cfg.size // 8) ** 2
     batch = max(1, cfg.batch_tokens // tokens_per_clip)
     num_frames = 4 * (frames_lat - 1) + 1
@@ -95,10 +95,11 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
         if cfg.causal_chunk:
             # Independent noise per chunk; each earlier chunk is clean (the KV cache's clean-context
             # pass) with probability 1/2, so both teacher-forced and diffusion-forced contexts occur.
-            n_chunks = frames_lat // cfg.causal_chunk
+            n_chunks = 1 + (frames_lat - 1) // cfg.causal_chunk
             per_chunk = _shifted(torch.rand(n_chunks, generator=g), cfg.shift)
             clean = torch.tensor([rng.random() < 0.5 for _ in range(n_chunks - 1)] + [False])
-            sigmas[b] = torch.where(clean, 0.0, per_chunk).repeat_interleave(cfg.causal_chunk)
+            sizes = torch.tensor([1] + [cfg.causal_chunk] * (n_chunks - 1))
+            sigmas[b] = torch.where(clean, 0.0, per_chunk).repeat_interleave(sizes)
         elif frames_lat == 1 or mode >= 0.75:
             sigmas[b] = _shifted(torch.rand(1, generator=g), cfg.shift)
         elif mode < 0.5:
