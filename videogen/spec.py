@@ -187,6 +187,14 @@ class StreamSpec:
             raise InvalidOption("steps", self.steps, "must be between 1 and 200")
         if self.guidance is not None and not 0 <= self.guidance <= 30:
             raise InvalidOption("guidance", self.guidance, "must be between 0 and 30")
+        if self.size is not None:
+            w, h = self.size
+            if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+                raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
+        if self.fps is not None:
+            _check_range("fps", self.fps, 0.0, MAX_FPS, open_low=True)
+        if not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
+            raise InvalidOption("seed", self.seed, "must be a whole number in 0..2**63-1")
         for at, prompt in self.switches:
             if at < 0 or not prompt.strip():
                 raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
