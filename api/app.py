@@ -4,8 +4,8 @@
 
 `workers` are objects with `start()`, `stop()` and `alive`, started and stopped with the app
 (embedded mode passes its in-process worker; the API itself never imports `workers/`). A reaper
-thread requeues jobs whose worker vanished (its lease ran out) and removes outputs past
-`expires_at`.
+thread requeues jobs whose worker vanished (its lease ran out), removes outputs past
+`expires_at`, and removes the spools of finished live streams (`api.spool`).
 """
 
 from __future__ import annotations
