@@ -93,6 +93,8 @@ class SpoolWriter:
 
     def write_chunk(self, index: int, first_frame: int, prompt: str, fps: float, frames) -> None:
         """One chunk: (T, H, W, 3) uint8 frames numbered first_frame.. in the stream."""
+        if self._replaced():
+            return
         if self._size >= self.file_bytes:
             self._rotate()
         info = {"index": index, "first_frame": first_frame, "frames": len(frames), "prompt": prompt, "fps": fps}
@@ -113,9 +115,16 @@ class SpoolWriter:
     def _append(self, data: bytes) -> None:
         if self._fh is None:
             raise ValueError("the spool is closed")
+        if self._replaced():
+            return
         self._fh.write(data)
         self._fh.flush()  # readers see whole chunks as soon as they are made
         self._size += len(data)
+
+    def _replaced(self) -> bool:
+        """Removed (job deleted), or replaced by a worker that took the job over: write nothing
+        more, and above all create no file in the new owner's spool."""
+        return os.fstat(self._fh.fileno()).st_nlink == 0
 
     def _rotate(self) -> None:
         self.close()  # complete before the next file exists: readers move on only then

@@ -81,3 +81,15 @@ def test_a_record_still_being_written_is_delivered_once_complete(tmp_path):
     with open(path, "ab") as f:
         f.write(data[-100:])
     assert frame_indexes(reader.read()) == [8]
+
+
+def test_a_writer_whose_spool_was_taken_over_writes_nothing_into_the_new_one(tmp_path):
+    old = SpoolWriter(tmp_path / "s", max_bytes=FILES * 4000)
+    write_chunks(old, 1)
+    new = SpoolWriter(tmp_path / "s", max_bytes=1 << 20)  # the worker that took the job over
+    write_chunks(old, 5, start=1)  # the old one has not noticed yet (would rotate into new files)
+    old.end("cancelled")
+    write_chunks(new, 2)
+    reader = SpoolReader(tmp_path / "s", start=0)
+    assert frame_indexes(reader.read()) == list(range(21)) and not reader.ended
+    assert [p.name for p in sorted((tmp_path / "s").iterdir())] == ["00000000.spool"]
