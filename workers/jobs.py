@@ -209,7 +209,6 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     video = storage.video(job_id)
     video.parent.mkdir(parents=True, exist_ok=True)
     spool = SpoolWriter(storage.stream_dir(job_id), ctx.settings.stream_spool_bytes)
-    writer = VideoWriter(video, width, height, spec.fps, thumbnail=storage.thumbnail(job_id))
     control = StreamControl()
 
     def apply(controls) -> None:
@@ -218,10 +217,11 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
         elif controls.prompt is not None:
             control.switch_prompt(controls.prompt)
 
-    store.mark_started(job_id, worker, steps_total=job.steps_total, segments_total=job.segments_total,
-                       resumed_segments=0, steps_per_segment=0)  # fmt: skip
-    frames = 0
+    writer, frames = None, 0
     try:
+        writer = VideoWriter(video, width, height, spec.fps, thumbnail=storage.thumbnail(job_id))
+        store.mark_started(job_id, worker, steps_total=job.steps_total, segments_total=job.segments_total,
+                           resumed_segments=0, steps_per_segment=0)  # fmt: skip
         apply(store.take_controls(job_id, worker))
         for chunk in stream(spec, model, control=control):
             writer.write(chunk.frames)
@@ -231,10 +231,10 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
                                      frames=len(chunk.frames), prompt=chunk.prompt, fps=chunk.fps))  # fmt: skip
         writer.close()
     except BaseException as exc:
-        writer.abort()
+        if writer is not None:
+            writer.abort()
         if not lease.lost:  # a new owner has its own spool; otherwise readers learn the end here
-            status = CANCELLED if isinstance(exc, RenderCancelled) else FAILED
-            spool.end(status, frames=frames)
+            spool.end(CANCELLED if isinstance(exc, RenderCancelled) else FAILED, frames=frames)
         spool.close()
         raise
     spool.end(COMPLETED, frames=frames)  # before the store says completed: a reader that sees that finds the END
