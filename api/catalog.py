@@ -126,10 +126,11 @@ class ModelCatalog:
             frames = _plan.frames_for(spec.seconds, fps)
         except InvalidOption as exc:
             raise invalid(exc) from None
-        # A causal codec decodes the first chunk's C latent frames to tf*(C-1)+1 frames, every later
-        # chunk (decoded after the previous chunk's last latent frame) to tf*C new ones.
+        # A causal codec decodes the first chunk's F latent frames to tf*(F-1)+1 frames (F = 1: the
+        # first frame alone), every later chunk (decoded after the previous chunk's last latent
+        # frame) its C latent frames to tf*C new ones.
         tf = temporal_factor(p.kind, str(p.path) if p.path else None)
-        first, per = tf * (spec.chunk_frames - 1) + 1, tf * spec.chunk_frames
+        first, per = tf * (spec.first_chunk_frames - 1) + 1, tf * spec.chunk_frames
         spec.size, spec.fps = (width, height), fps
         return CheckedStream(spec, frames, 1 + max(0, -(-(frames - first) // per)))
 

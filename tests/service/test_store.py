@@ -123,8 +123,8 @@ def add_stream(store: JobStore) -> Job:
 
 
 def chunk(store: JobStore, job: Job, index: int, prompt: str, worker: str = "w1"):
-    first = 0 if index == 0 else 9 + 12 * (index - 1)
-    return store.record_chunk(job.id, worker, index=index, first_frame=first, frames=9 if index == 0 else 12,
+    first = 0 if index == 0 else 1 + 12 * (index - 1)  # the first frame alone, then 12 frames a chunk
+    return store.record_chunk(job.id, worker, index=index, first_frame=first, frames=1 if index == 0 else 12,
                               prompt=prompt, fps=16.0)  # fmt: skip
 
 
@@ -140,8 +140,8 @@ def test_a_stream_takes_the_latest_prompt_switch_and_records_the_switches_it_sho
     assert (c.cancel, c.prompt) == (False, "blue")  # green was superseded before any chunk showed it
     assert chunk(store, job, 1, "blue").prompt is None  # taken once
     got = store.get("alpha", job.id)
-    assert got.spec["prompt_switches"] == [{"at_seconds": 9 / 16, "frame": 9, "chunk": 1, "prompt": "blue"}]
-    assert (got.steps_done, got.segments_done, got.progress) == (21, 2, 43)  # frames, chunks, frames / 48
+    assert got.spec["prompt_switches"] == [{"at_seconds": 1 / 16, "frame": 1, "chunk": 1, "prompt": "blue"}]
+    assert (got.steps_done, got.segments_done, got.progress) == (13, 2, 27)  # frames, chunks, frames / 48
     assert [e.data["prompt"] for e in store.events_after(job.id, 0) if e.type == "prompt"] == ["blue"]
 
     # A worker that takes the job over streams again from frame 0 and replays the recorded switch.

@@ -20,7 +20,7 @@ default: tiny
 presets:
   builtin-causal:
     kind: builtin
-    description: built-in block-causal model (chunks of 3 latent frames = 12 frames)
+    description: built-in block-causal model (the first frame alone, then chunks of 12 frames)
     weights: builtin_causal.safetensors
     causal: true
     size: 64x64
@@ -119,7 +119,7 @@ def jpeg_size(data: bytes) -> tuple[int, int]:
 
 
 def test_mjpeg_serves_every_frame_while_the_stream_is_made_and_the_result_is_a_normal_video(alpha, tmp_path):
-    video = create(alpha, seconds=3)  # 48 frames: chunks of 9, 12, 12, 12, 3
+    video = create(alpha, seconds=3)  # 48 frames: chunks of 1, 12, 12, 12, 11
     assert (video["status"], video["stream"]["frames_total"], video["stream"]["chunks_total"]) == ("queued", 48, 5)
     parts, at_first_frame = [], None
     with alpha.stream("GET", f"/v1/videos/{video['id']}/stream", params={"from": 0}, timeout=120) as r:
@@ -140,13 +140,13 @@ def test_mjpeg_serves_every_frame_while_the_stream_is_made_and_the_result_is_a_n
     assert decode(tmp_path / "s.mp4").shape == (48, 64, 64, 3)
     assert alpha.get(f"/v1/videos/{video['id']}/content", params={"variant": "thumbnail"}).content.startswith(b"\x89PNG")
     progress = [d for k, d in sse_events(alpha, video["id"]) if k == "progress"]  # one event per chunk
-    assert [(d["chunk"], d["first_frame"], d["frames"]) for d in progress] == [(0, 0, 9), (1, 9, 12), (2, 21, 12),
-                                                                               (3, 33, 12), (4, 45, 3)]  # fmt: skip
-    assert [d["progress"] for d in progress] == [18, 43, 68, 93, 99]  # frames done / 48
+    assert [(d["chunk"], d["first_frame"], d["frames"]) for d in progress] == [(0, 0, 1), (1, 1, 12), (2, 13, 12),
+                                                                               (3, 25, 12), (4, 37, 11)]  # fmt: skip
+    assert [d["progress"] for d in progress] == [2, 27, 52, 77, 99]  # frames done / 48
 
 
 def test_a_prompt_switched_over_the_websocket_changes_later_chunks_and_is_recorded(alpha, server, tmp_path):
-    video = create(alpha, seconds=4)  # 64 frames in 6 chunks
+    video = create(alpha, seconds=4)  # 64 frames in 7 chunks
     frames, messages = [], []
     with ws(server, video["id"], query="from=0") as sock:
         assert json.loads(sock.recv(timeout=30))["type"] == "status"
