@@ -4,8 +4,8 @@
 
 `workers` are objects with `start()`, `stop()` and `alive`, started and stopped with the app
 (embedded mode passes its in-process worker; the API itself never imports `workers/`). A reaper
-thread requeues jobs whose worker vanished (its lease ran out) and removes outputs past
-`expires_at`.
+thread requeues jobs whose worker vanished (its lease ran out), removes outputs past
+`expires_at`, and removes the spools of finished live streams (`api.spool`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,14 +26,16 @@ from api.dispatch import CeleryQueue, StoreQueue
 from api.errors import error_body, install_error_handlers
 from api.settings import ServiceSettings
 from api.storage import OutputStorage
-from api.store import JobStore
+from api.store import TERMINAL, JobStore
+from api.streams import router as streams_router
 from api.videos import Service, router
 
 log = logging.getLogger("videogen.api")
 
 
 class Reaper:
-    """Every `interval` s: requeue jobs with an expired lease (crashed worker), purge expired outputs."""
+    """Every `interval` s: requeue jobs with an expired lease (crashed worker), purge expired outputs,
+    remove the spools of streams that ended `stream_spool_keep_seconds` ago."""
 
     def __init__(self, service: Service, interval: float) -> None:
         self.service, self.interval = service, interval
@@ -54,6 +57,11 @@ class Reaper:
             svc.storage.remove(job.id)
             svc.store.purge(job.id)
             log.info("job %s tenant %s: outputs removed (%s)", job.id, job.tenant, "deleted" if job.deleted else "expired")
+        keep_until = time.time() - svc.settings.stream_spool_keep_seconds
+        for job_id in svc.storage.stream_ids():
+            job = svc.store.get_any(job_id)
+            if job is None or (job.status in TERMINAL and (job.completed_at or 0) < keep_until):
+                svc.storage.remove_stream(job_id)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -103,6 +111,7 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
     app.state.reaper = reaper
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(streams_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

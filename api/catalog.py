@@ -4,7 +4,8 @@ A request names a model by public name only: a preset from `configs/models.yaml`
 operator listed in `VIDEOGEN_MODELS`. A request can never name a path. Everything that can be
 checked without loading the model is checked here, so bad input is a 400 at create time and not a
 failed job later: the spec's own rules, the frame count of every shot at the model's fps, the
-size multiple of the model's VAE x patch size, and the segment plan.
+size multiple of the model's VAE x patch size, and the segment plan (for a stream: that the
+model is block-causal, and the frame and chunk counts).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from api.errors import APIError
 from api.settings import ServiceSettings
 from videogen.errors import InvalidOption, ModelLoadError  # noqa: F401
 
-RenderSpec, Shot = _spec.RenderSpec, _spec.Shot
+RenderSpec, Shot, StreamSpec = _spec.RenderSpec, _spec.Shot, _spec.StreamSpec
 parse_size = _presets.parse_size
 
 # Spec field -> the API field a client sent (error `param`).
@@ -41,6 +42,13 @@ class CheckedSpec:
     size: tuple[int, int]
     segments: int
     steps_total: int
+
+
+@dataclass(frozen=True)
+class CheckedStream:
+    spec: object  # StreamSpec, validated, with size and fps filled in
+    frames: int  # round(seconds * fps), exactly
+    chunks: int
 
 
 class ModelCatalog:
@@ -96,6 +104,35 @@ class ModelCatalog:
             raise invalid(exc) from None
         steps = spec.steps if spec.steps is not None else p.steps
         return CheckedSpec(spec, (width, height), len(plan), steps * len(plan))
+
+    def check_stream(self, spec, entry: ModelEntry) -> CheckedStream:
+        """Validate a live stream `spec` for `entry` the way `videogen.streaming.stream` will, minus
+        the model load, and fill in the preset's size and fps (the worker makes exactly that)."""
+        p = entry.preset
+        try:
+            if not getattr(p, "causal", False):
+                causal = sorted(n for n, q in _presets.load_presets().items() if q.causal and q.available)
+                raise InvalidOption("model", entry.name, "cannot stream: it is not a block-causal model "
+                                    f"(streaming models on this server: {', '.join(causal) or 'none'})")  # fmt: skip
+            spec.validate()
+            if spec.seconds > self.settings.max_seconds:
+                raise InvalidOption("seconds", spec.seconds, f"this server streams at most {self.settings.max_seconds:g} s")
+            width, height = spec.size or p.size
+            mw, mh = size_multiple(p.kind, str(p.path) if p.path else None)
+            if width % mw or height % mh:
+                raise InvalidOption("size", f"{width}x{height}",
+                                    f"width must be a multiple of {mw} and height of {mh} for model {entry.name}")  # fmt: skip
+            fps = spec.fps if spec.fps is not None else p.fps
+            frames = _plan.frames_for(spec.seconds, fps)
+        except InvalidOption as exc:
+            raise invalid(exc) from None
+        # A causal codec decodes the first chunk's F latent frames to tf*(F-1)+1 frames (F = 1: the
+        # first frame alone), every later chunk (decoded after the previous chunk's last latent
+        # frame) its C latent frames to tf*C new ones.
+        tf = temporal_factor(p.kind, str(p.path) if p.path else None)
+        first, per = tf * (spec.first_chunk_frames - 1) + 1, tf * spec.chunk_frames
+        spec.size, spec.fps = (width, height), fps
+        return CheckedStream(spec, frames, 1 + max(0, -(-(frames - first) // per)))
 
 
 def invalid(exc) -> APIError:

@@ -3,7 +3,8 @@
 The video object carries OpenAI's fields (id, object, model, status, progress, created_at,
 completed_at, expires_at, seconds, size, prompt, remixed_from_video_id, error) plus ours:
 `extended_from_video_id`, `steps_done`/`steps_total`, `segments_done`/`segments_total`,
-`started_at`. Status adds `cancelled` to OpenAI's four.
+`started_at`, and `stream` (null, or a live stream's frames, chunks and prompt switches). Status
+adds `cancelled` to OpenAI's four.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class CreateParams(BaseModel):
     attention: str | None = None
     drift_correction: dict[str, Any] | None = None
     shots: list[ShotParam] | None = Field(None, min_length=1)
+    stream: bool = False  # a live stream: frames are served as they are made (docs/service.md)
 
 
 class ExtendParams(BaseModel):
@@ -47,6 +49,13 @@ class ExtendParams(BaseModel):
     prompt: str
     seconds: float
     video: dict[str, str]
+
+
+class PromptParams(BaseModel):
+    """`POST /v1/videos/{id}/prompt` (and the WebSocket's `{"type": "prompt"}`): switch a live stream's prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
 
 
 def _ts(t: float | None) -> int | None:
@@ -77,4 +86,20 @@ def video_object(job: Job) -> dict[str, Any]:
         "steps_total": job.steps_total,
         "segments_done": job.segments_done,
         "segments_total": job.segments_total,
+        "stream": stream_object(job) if job.is_stream else None,
+    }
+
+
+def stream_object(job: Job) -> dict[str, Any]:
+    """A live stream's state: frames and chunks made, the prompt shown now, and every prompt
+    switch with the frame (and second) from which it was shown."""
+    switches = job.spec.get("prompt_switches", [])
+    return {
+        "fps": job.spec.get("fps"),
+        "frames_done": job.steps_done,
+        "frames_total": job.steps_total,
+        "chunks_done": job.segments_done,
+        "chunks_total": job.segments_total,
+        "prompt": switches[-1]["prompt"] if switches else job.prompt,
+        "prompt_switches": switches,
     }

@@ -63,6 +63,13 @@ class ServiceSettings(BaseSettings):
     # Celery/Redis: a message not acked within this is delivered again. It must exceed the longest
     # render (hours for a long 14B video); the store's lease makes a redelivery harmless anyway.
     visibility_timeout: int = 12 * 3600
+    # Live streams (`api.spool`): the frames a stream job keeps on disk for its viewers, a ring of
+    # recent frames (64 MiB: ~19 min of 64x64 video at 16 fps, measured 3.6 KB per JPEG frame from
+    # the untrained model, whose noise compresses worst; larger frames proportionally less), and
+    # how long the spool of a finished stream stays for late viewers (`?from=0`) before the
+    # reaper removes it.
+    stream_spool_bytes: int = 64 * 1024 * 1024
+    stream_spool_keep_seconds: float = 60.0
 
     @cached_property
     def tenant_by_key_hash(self) -> dict[str, str]:

@@ -5,10 +5,13 @@ user input: every public method checks the id is one of ours (`video_` + 32 hex 
                                 tail.pt (last latents + stitcher state: what an extension continues),
                                 input_reference (an uploaded first-frame image)
     <data_dir>/work/<job_id>/            the render's per-segment checkpoints (crash resume)
+    <data_dir>/streams/<job_id>/         a stream job's live frames (`api.spool`; removed by the
+                                         reaper `stream_spool_keep_seconds` after the job ends)
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -20,6 +23,7 @@ class OutputStorage:
         self.root = Path(data_dir)
         (self.root / "outputs").mkdir(parents=True, exist_ok=True)
         (self.root / "work").mkdir(parents=True, exist_ok=True)
+        (self.root / "streams").mkdir(parents=True, exist_ok=True)
 
     def _checked(self, job_id: str) -> str:
         if not is_job_id(job_id):
@@ -55,9 +59,24 @@ class OutputStorage:
     def workdir(self, job_id: str) -> Path:
         return self.root / "work" / self._checked(job_id)
 
+    def stream_dir(self, job_id: str) -> Path:
+        """A stream job's spool: its frames as they are made (`api.spool`)."""
+        return self.root / "streams" / self._checked(job_id)
+
+    def stream_ids(self) -> list[str]:
+        """Jobs that have a spool (the reaper removes those of finished streams)."""
+        try:
+            return [n for n in os.listdir(self.root / "streams") if is_job_id(n)]
+        except FileNotFoundError:
+            return []
+
     def remove_work(self, job_id: str) -> None:
         shutil.rmtree(self.workdir(job_id), ignore_errors=True)
+
+    def remove_stream(self, job_id: str) -> None:
+        shutil.rmtree(self.stream_dir(job_id), ignore_errors=True)
 
     def remove(self, job_id: str) -> None:
         shutil.rmtree(self.output_dir(job_id), ignore_errors=True)
         self.remove_work(job_id)
+        self.remove_stream(job_id)

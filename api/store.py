@@ -9,6 +9,11 @@ A worker *claims* a job with one atomic UPDATE that succeeds only when no live l
 (`lease_owner` empty, the same owner, or `lease_expires` past). It then renews the lease while
 it renders; a crashed worker's lease runs out and `requeue_expired()` puts the job back in the
 queue. Whatever Celery redelivers, a job therefore never runs twice at once.
+
+A stream job (`Job.is_stream`) takes requests while it runs: `request_prompt` queues a prompt
+switch as a `JobControl` row, which its worker takes (and deletes) before each chunk, together
+with `cancel_requested`; the switches it applies are recorded in the job's spec
+(`prompt_switches`) and as `prompt` events.
 """
 
 from __future__ import annotations
@@ -80,8 +85,15 @@ class Job(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, default=None)
 
     @property
+    def is_stream(self) -> bool:
+        """A live stream (`stream: true`): `spec` is a `StreamSpec`, `steps_*` count frames and
+        `segments_*` chunks."""
+        return bool(self.spec) and self.spec.get("kind") == "stream"
+
+    @property
     def progress(self) -> int:
-        """Denoising steps done over steps in all segments, in percent; 100 only when completed."""
+        """Denoising steps done over steps in all segments (a stream: frames made over frames), in
+        percent; 100 only when completed."""
         if self.status == COMPLETED:
             return 100
         if not self.steps_total:
@@ -90,15 +102,37 @@ class Job(Base):
 
 
 class JobEvent(Base):
-    """What the SSE stream replays: status changes, every denoising step, every finished segment."""
+    """What the SSE stream replays: status changes, every denoising step, every finished segment;
+    for a stream, every chunk (`progress`) and every prompt switch shown (`prompt`)."""
 
     __tablename__ = "videogen_job_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(String(40), index=True)
-    type: Mapped[str] = mapped_column(String(16))  # status | progress | segment
+    type: Mapped[str] = mapped_column(String(16))  # status | progress | segment | prompt
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class JobControl(Base):
+    """A request to the worker of a running stream job: today a prompt switch. The worker takes
+    (reads and deletes) them before each chunk; a table rather than a column keeps their order."""
+
+    __tablename__ = "videogen_job_controls"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(40), index=True)
+    type: Mapped[str] = mapped_column(String(16))  # prompt
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+@dataclass(frozen=True)
+class StreamControls:
+    """What the worker of a stream applies before its next chunk."""
+
+    cancel: bool  # cancel requested, or the job is no longer this worker's
+    prompt: str | None  # the latest prompt switch requested since the last chunk (earlier ones were never shown)
 
 
 @dataclass(frozen=True)
@@ -210,6 +244,20 @@ class JobStore:
         self._log(job, "deleted", job.status)
         return job
 
+    def request_prompt(self, tenant: str, job_id: str, prompt: str) -> Job | None:
+        """Queue a prompt switch for a stream job that has not finished (nor been asked to stop);
+        its worker applies it at the next chunk boundary. Returns the job either way (the caller
+        tells why nothing was queued from its state), None when it is not the tenant's."""
+        with self.write() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.tenant != tenant or job.deleted:
+                return None
+            if not job.is_stream or job.status in TERMINAL or job.cancel_requested:
+                return job
+            s.add(JobControl(job_id=job_id, type="prompt", data={"prompt": prompt}, created_at=time.time()))
+        self._log(job, f"prompt switch requested ({len(prompt)} chars)", job.status)
+        return job
+
     def events_after(self, job_id: str, after_id: int, limit: int = 500) -> list[JobEvent]:
         with self.session() as s:
             q = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after_id)
@@ -297,6 +345,34 @@ class JobStore:
             self._event(s, job_id, "segment", {"index": index, "frames_written": frames_written, "resumed": resumed,
                                                **self._counts(job)})  # fmt: skip
 
+    def take_controls(self, job_id: str, worker: str) -> StreamControls:
+        """A stream's worker, before its first chunk: pending controls (see `record_chunk`)."""
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            return StreamControls(True, None) if job is None else self._take_controls(s, job)
+
+    def record_chunk(self, job_id: str, worker: str, *, index: int, first_frame: int, frames: int, prompt: str,
+                     fps: float) -> StreamControls:  # fmt: skip
+        """A stream job made a chunk: frames done, one `progress` event, a `prompt` event and a
+        `prompt_switches` entry when the chunk's prompt differs from the previous one's. Returns
+        the controls for the next chunk, in the same transaction."""
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            if job is None:
+                return StreamControls(True, None)
+            switches = list(job.spec.get("prompt_switches", []))
+            before = [sw["prompt"] for sw in switches if sw["frame"] < first_frame]  # a restart replays them
+            shown = before[-1] if before else job.prompt
+            if prompt != shown and all(sw["frame"] != first_frame for sw in switches):
+                switch = {"at_seconds": first_frame / fps, "frame": first_frame, "chunk": index, "prompt": prompt}
+                job.spec = {**job.spec, "prompt_switches": [*switches, switch]}
+                self._event(s, job_id, "prompt", switch)
+            job.steps_done = min(job.steps_total, first_frame + frames)
+            job.segments_done = max(job.segments_done, index + 1)
+            self._event(s, job_id, "progress", {"chunk": index, "first_frame": first_frame, "frames": frames,
+                                                "prompt": prompt, **self._counts(job)})  # fmt: skip
+            return self._take_controls(s, job)
+
     def finish(self, job_id: str, worker: str | None, status: str, *, error: tuple[str, str, str | None] | None = None,
                has_video: bool = False, has_thumbnail: bool = False) -> Job | None:  # fmt: skip
         """Terminal transition by the lease holder (worker None: whoever; used for queued jobs)."""
@@ -340,6 +416,7 @@ class JobStore:
     def purge(self, job_id: str) -> None:
         with self.write() as s:
             s.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
+            s.execute(delete(JobControl).where(JobControl.job_id == job_id))
             s.execute(delete(Job).where(Job.id == job_id))
 
     def count_by_status(self) -> dict[str, int]:
@@ -351,7 +428,17 @@ class JobStore:
         job = s.get(Job, job_id)
         return job if job is not None and job.lease_owner == worker and job.status not in TERMINAL else None
 
+    @staticmethod
+    def _take_controls(s: Session, job: Job) -> StreamControls:
+        rows = list(s.scalars(select(JobControl).where(JobControl.job_id == job.id).order_by(JobControl.id)))
+        if rows:
+            s.execute(delete(JobControl).where(JobControl.id.in_([r.id for r in rows])))
+        prompts = [r.data["prompt"] for r in rows if r.type == "prompt"]
+        return StreamControls(job.cancel_requested, prompts[-1] if prompts else None)
+
     def _finish(self, s: Session, job: Job, status: str) -> None:
+        if job.is_stream:  # switches nobody will apply
+            s.execute(delete(JobControl).where(JobControl.job_id == job.id))
         job.status = status
         job.completed_at = time.time()
         job.expires_at = job.completed_at + self.output_ttl

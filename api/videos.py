@@ -1,6 +1,7 @@
 """`/v1/videos` routes: OpenAI's create, retrieve, list, delete, content and extensions, plus our
-cancel and Server-Sent Events. Every read and write is scoped to the caller's tenant: another
-tenant's job answers 404 exactly like a job that does not exist."""
+cancel and Server-Sent Events (a live stream's own routes: `api.streams`). Every read and write
+is scoped to the caller's tenant: another tenant's job answers 404 exactly like a job that does
+not exist."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from api.auth import CurrentTenant
-from api.catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, invalid, parse_size
+from api.catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, StreamSpec, invalid, parse_size
 from api.errors import APIError, not_found
 from api.schemas import CreateParams, ExtendParams, video_object
 from api.storage import OutputStorage
@@ -24,6 +25,7 @@ from api.store import COMPLETED, TERMINAL, Job, JobStore, is_job_id, new_job_id
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
 
 DEFAULT_SECONDS = 4.0  # OpenAI's default duration
+DEFAULT_STREAM_MODEL = "builtin-causal"  # `stream: true` without a model; videos use the server's default
 # Magic numbers of the image formats `input_reference` may be.
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"RIFF")
 
@@ -154,6 +156,34 @@ def _new_job(tenant: str, entry, checked, prompt: str, source: str | None = None
                segments_total=checked.segments)  # fmt: skip
 
 
+def _new_stream_job(svc: Service, tenant: str, p: CreateParams) -> Job:
+    """`stream: true`: one prompt (switchable while it runs), a required length, a block-causal model."""
+    for name in ("shots", "drift_correction"):
+        if getattr(p, name) is not None:
+            raise APIError(400, f"'{name}' cannot be combined with 'stream': a stream shows one prompt at a time "
+                           "(switch it while it runs: POST /v1/videos/{id}/prompt).", param=name,
+                           code="unsupported_parameter")  # fmt: skip
+    if p.attention not in (None, "dense"):
+        raise APIError(400, f"Invalid 'attention' ({p.attention!r}): a stream uses dense attention.", param="attention",
+                       code="invalid_value")  # fmt: skip
+    for name in ("prompt", "seconds"):  # a stored stream has an end (the CLI's --forever does not)
+        if getattr(p, name) is None:
+            raise APIError(400, f"Missing required parameter: '{name}' (a stream needs it).", param=name,
+                           code="missing_required_parameter")  # fmt: skip
+    try:
+        size = parse_size(p.size, "size") if p.size is not None else None
+    except InvalidOption as exc:
+        raise invalid(exc) from None
+    entry = svc.catalog.resolve(p.model or DEFAULT_STREAM_MODEL)
+    spec = StreamSpec(prompt=p.prompt, seconds=p.seconds, model=entry.ref, size=size, fps=p.fps, steps=p.steps,
+                      guidance=p.guidance_scale, negative_prompt=p.negative_prompt, seed=p.seed)  # fmt: skip
+    checked = svc.catalog.check_stream(spec, entry)
+    w, h = spec.size
+    return Job(id=new_job_id(), tenant=tenant, model=entry.name, prompt=p.prompt, seconds=_seconds_str(p.seconds),
+               size=f"{w}x{h}", spec={"kind": "stream", **spec.to_dict()}, steps_total=checked.frames,
+               segments_total=checked.chunks)  # fmt: skip
+
+
 def _create_and_submit(svc: Service, job: Job) -> None:
     svc.store.create(job)
     svc.queue.submit(job.id)
@@ -177,6 +207,11 @@ async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     fields, upload = await read_params(request, svc)
     image = await read_upload(upload, svc)
     params = _validated(CreateParams, fields)
+    if params.stream:
+        if image is not None:
+            raise APIError(400, "'input_reference' cannot be combined with 'stream'.", param="input_reference",
+                           code="unsupported_parameter")  # fmt: skip
+        return await _submit(svc, _new_stream_job(svc, tenant, params))
     spec = spec_from_params(params)
     entry = svc.catalog.resolve(params.model)
     checked = svc.catalog.check(spec, entry)
@@ -209,6 +244,9 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     source = await run_in_threadpool(_owned, svc, tenant, source_id)
     if source.status != COMPLETED:
         raise APIError(400, f"Video '{source_id}' is {source.status}; only a completed video can be extended.",
+                       param="video", code="invalid_value")  # fmt: skip
+    if source.is_stream:
+        raise APIError(400, f"Video '{source_id}' is a stream; streams cannot be extended (start a new one).",
                        param="video", code="invalid_value")  # fmt: skip
     spec = RenderSpec.from_dict(source.spec)
     spec.shots = [Shot(params.prompt, params.seconds)]

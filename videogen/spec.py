@@ -1,4 +1,5 @@
-"""`RenderSpec`: everything a render needs, validated once, shared by the CLI, server and workers.
+"""`RenderSpec`: everything a render needs, validated once, shared by the CLI, server and workers;
+`StreamSpec`: the same for a live stream (`videogen.streaming`).
 
 A spec is plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job store and the
 queue can carry it. Model-dependent checks (size divisibility, frame rules) happen in
@@ -139,6 +140,78 @@ class RenderSpec:
         kw["shots"] = [Shot(str(s["prompt"]), float(s["seconds"])) for s in data["shots"]]
         if kw.get("size") is not None:
             kw["size"] = tuple(kw["size"])
+        return cls(**kw)
+
+
+DEFAULT_STREAM_MODEL = "builtin-causal"
+
+
+@dataclass
+class StreamSpec:
+    """A live stream (`videogen.streaming.stream`): one prompt, switchable at chunk boundaries.
+    Plain data like `RenderSpec` (here, not in `streaming`, so the API validates it without torch)."""
+
+    prompt: str
+    seconds: float | None = 10.0  # None: until cancelled (--forever)
+    model: str = DEFAULT_STREAM_MODEL
+    size: tuple[int, int] | None = None  # (width, height); None = the preset's
+    fps: float | None = None
+    steps: int | None = None  # denoising steps per chunk
+    guidance: float | None = None
+    flow_shift: float | None = None
+    negative_prompt: str = ""
+    seed: int = 0
+    chunk_frames: int = 3  # latent frames per chunk (12 pixel frames with Wan's 4x temporal stride)
+    first_chunk_frames: int = 1  # the first chunk: the first frame alone, on screen fastest
+    sink_frames: int = 1  # first latent frames kept in the cache for good
+    window_frames: int = 6  # most recent latent frames kept in the cache
+    switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
+    checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def validate(self) -> None:
+        if not self.prompt or not self.prompt.strip():
+            raise InvalidOption("prompt", self.prompt, "must not be empty")
+        if self.seconds is not None and not (0 < self.seconds <= 24 * 3600):
+            raise InvalidOption("seconds", self.seconds, "must be > 0 (or use --forever)")
+        if not 1 <= self.chunk_frames <= 16:
+            raise InvalidOption("chunk_frames", self.chunk_frames, "must be between 1 and 16 latent frames")
+        if not 1 <= self.first_chunk_frames <= 16:
+            raise InvalidOption("first_chunk_frames", self.first_chunk_frames, "must be between 1 and 16 latent frames")
+        if self.sink_frames < 0:
+            raise InvalidOption("sink_frames", self.sink_frames, "must be >= 0")
+        if self.window_frames < self.chunk_frames:
+            raise InvalidOption("window_frames", self.window_frames, f"must be >= chunk_frames ({self.chunk_frames})")
+        if self.steps is not None and not 1 <= self.steps <= 200:
+            raise InvalidOption("steps", self.steps, "must be between 1 and 200")
+        if self.guidance is not None and not 0 <= self.guidance <= 30:
+            raise InvalidOption("guidance", self.guidance, "must be between 0 and 30")
+        if self.size is not None:
+            w, h = self.size
+            if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+                raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
+        if self.fps is not None:
+            _check_range("fps", self.fps, 0.0, MAX_FPS, open_low=True)
+        if not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
+            raise InvalidOption("seed", self.seed, "must be a whole number in 0..2**63-1")
+        for at, prompt in self.switches:
+            if at < 0 or not prompt.strip():
+                raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["size"] = list(self.size) if self.size is not None else None
+        d["switches"] = [[at, prompt] for at, prompt in self.switches]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StreamSpec":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        if kw.get("size") is not None:
+            kw["size"] = tuple(kw["size"])
+        kw["switches"] = [(float(at), str(prompt)) for at, prompt in kw.get("switches") or []]
         return cls(**kw)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,51 +31,7 @@ import torch
 from videogen.causal import KVCache, chunk_frames_of, chunk_index, install_causal, new_cache, plan_chunk
 from videogen.errors import InvalidOption, NonFiniteLatents, RenderCancelled
 from videogen.pipeline import guided_velocity, segment_noise
-
-DEFAULT_STREAM_MODEL = "builtin-causal"
-
-
-@dataclass
-class StreamSpec:
-    prompt: str
-    seconds: float | None = 10.0  # None: until cancelled (--forever)
-    model: str = DEFAULT_STREAM_MODEL
-    size: tuple[int, int] | None = None  # (width, height); None = the preset's
-    fps: float | None = None
-    steps: int | None = None  # denoising steps per chunk
-    guidance: float | None = None
-    flow_shift: float | None = None
-    negative_prompt: str = ""
-    seed: int = 0
-    chunk_frames: int = 3  # latent frames per chunk (12 pixel frames with Wan's 4x temporal stride)
-    first_chunk_frames: int = 1  # the first chunk: the first frame alone, on screen fastest
-    sink_frames: int = 1  # first latent frames kept in the cache for good
-    window_frames: int = 6  # most recent latent frames kept in the cache
-    switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
-    checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
-    device: str = "auto"
-    dtype: str = "auto"
-
-    def validate(self) -> None:
-        if not self.prompt or not self.prompt.strip():
-            raise InvalidOption("prompt", self.prompt, "must not be empty")
-        if self.seconds is not None and not (0 < self.seconds <= 24 * 3600):
-            raise InvalidOption("seconds", self.seconds, "must be > 0 (or use --forever)")
-        if not 1 <= self.chunk_frames <= 16:
-            raise InvalidOption("chunk_frames", self.chunk_frames, "must be between 1 and 16 latent frames")
-        if not 1 <= self.first_chunk_frames <= 16:
-            raise InvalidOption("first_chunk_frames", self.first_chunk_frames, "must be between 1 and 16 latent frames")
-        if self.sink_frames < 0:
-            raise InvalidOption("sink_frames", self.sink_frames, "must be >= 0")
-        if self.window_frames < self.chunk_frames:
-            raise InvalidOption("window_frames", self.window_frames, f"must be >= chunk_frames ({self.chunk_frames})")
-        if self.steps is not None and not 1 <= self.steps <= 200:
-            raise InvalidOption("steps", self.steps, "must be between 1 and 200")
-        if self.guidance is not None and not 0 <= self.guidance <= 30:
-            raise InvalidOption("guidance", self.guidance, "must be between 0 and 30")
-        for at, prompt in self.switches:
-            if at < 0 or not prompt.strip():
-                raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
+from videogen.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
 
 
 @dataclass(frozen=True)

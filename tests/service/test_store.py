@@ -114,3 +114,48 @@ def test_expired_and_deleted_jobs_are_due_for_cleanup(store):
     assert {j.id for j in store.expired(now=time.time() + 120)} == {old.id, deleted.id, fresh.id}
     store.purge(old.id)
     assert store.get_any(old.id) is None and store.events_after(old.id, 0) == []
+
+
+def add_stream(store: JobStore) -> Job:
+    return store.create(Job(id=new_job_id(), tenant="alpha", model="builtin-causal", prompt="red", seconds="3",
+                            size="64x64", spec={"kind": "stream", "prompt": "red", "fps": 16.0}, steps_total=48,
+                            segments_total=5, created_at=time.time()))  # fmt: skip
+
+
+def chunk(store: JobStore, job: Job, index: int, prompt: str, worker: str = "w1"):
+    first = 0 if index == 0 else 1 + 12 * (index - 1)  # the first frame alone, then 12 frames a chunk
+    return store.record_chunk(job.id, worker, index=index, first_frame=first, frames=1 if index == 0 else 12,
+                              prompt=prompt, fps=16.0)  # fmt: skip
+
+
+def test_a_stream_takes_the_latest_prompt_switch_and_records_the_switches_it_shows(store):
+    job = add_stream(store)
+    assert store.request_prompt("beta", job.id, "blue") is None  # another tenant's
+    assert store.claim(job.id, "w1", 30) is not None
+    controls = store.take_controls(job.id, "w1")
+    assert (controls.cancel, controls.prompt) == (False, None)
+    store.request_prompt("alpha", job.id, "green")
+    store.request_prompt("alpha", job.id, "blue")
+    c = chunk(store, job, 0, "red")
+    assert (c.cancel, c.prompt) == (False, "blue")  # green was superseded before any chunk showed it
+    assert chunk(store, job, 1, "blue").prompt is None  # taken once
+    got = store.get("alpha", job.id)
+    assert got.spec["prompt_switches"] == [{"at_seconds": 1 / 16, "frame": 1, "chunk": 1, "prompt": "blue"}]
+    assert (got.steps_done, got.segments_done, got.progress) == (13, 2, 27)  # frames, chunks, frames / 48
+    assert [e.data["prompt"] for e in store.events_after(job.id, 0) if e.type == "prompt"] == ["blue"]
+
+    # A worker that takes the job over streams again from frame 0 and replays the recorded switch.
+    assert store.claim(job.id, "w2", 30) is None  # w1's lease is live
+    with store.write() as s:  # w1's lease runs out
+        s.get(Job, job.id).lease_expires = 0.0
+    assert store.claim(job.id, "w2", 30) is not None
+    assert chunk(store, job, 0, "red", "w2").cancel is False
+    assert chunk(store, job, 1, "blue", "w2").cancel is False
+    assert chunk(store, job, 2, "blue", "w1").cancel is True  # w1 lost the job: it must stop
+    assert len(store.get("alpha", job.id).spec["prompt_switches"]) == 1  # not recorded twice
+
+    store.request_cancel("alpha", job.id)
+    assert chunk(store, job, 2, "blue", "w2").cancel is True
+    store.finish(job.id, "w2", CANCELLED)
+    assert store.request_prompt("alpha", job.id, "red").status == CANCELLED  # nothing queued any more
+    assert store.take_controls(job.id, "w2").cancel is True
