@@ -202,3 +202,20 @@ def test_cli_stream_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("videogen: error")]
     assert code == 2 and len(lines) == 1 and message in lines[0], err.getvalue()
     assert not list(tmp_path.iterdir())
+
+
+def test_cancel_check_is_asked_every_denoising_step(causal_model):
+    from videogen.errors import RenderCancelled
+
+    calls = []
+
+    def check() -> bool:
+        calls.append(1)
+        return len(calls) >= 6  # chunk 0 asks once before it and once per step (3), chunk 1 then stops mid-way
+
+    spec = StreamSpec("a red circle moving right on a black background", seconds=None, steps=3)
+    chunks = []
+    with pytest.raises(RenderCancelled, match="at step 1 of chunk 1"):
+        for chunk in stream(spec, causal_model, control=StreamControl(cancel_check=check)):
+            chunks.append(chunk)
+    assert len(chunks) == 1

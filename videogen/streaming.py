@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,12 +48,15 @@ class StreamChunk:
 
 
 class StreamControl:
-    """Thread-safe handle on a running stream: switch its prompt or stop it."""
+    """Thread-safe handle on a running stream: switch its prompt or stop it. `cancel_check`, if
+    given, is also asked before every denoising step (a job's "was I cancelled?" query), so a
+    cancel stops the work within one step, as for `render(cancel=...)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancel_check: Callable[[], bool] | None = None) -> None:
         self._lock = threading.Lock()
         self._prompt: str | None = None
         self._cancel = False
+        self._check = cancel_check
 
     def switch_prompt(self, prompt: str) -> None:
         if not prompt or not prompt.strip():
@@ -68,7 +71,12 @@ class StreamControl:
     @property
     def cancelled(self) -> bool:
         with self._lock:
-            return self._cancel
+            if self._cancel:
+                return True
+        if self._check is not None and self._check():
+            self.cancel()
+            return True
+        return False
 
     def take_prompt(self) -> str | None:
         with self._lock:

@@ -189,8 +189,8 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
 def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     """`videogen.streaming.stream()`: every chunk goes to the job's MP4 (`VideoWriter`, thumbnail =
     first frame) and, as it is made, to the job's spool (`api.spool`) that the API's live
-    endpoints tail. Before each chunk the store says whether to cancel and which prompt to switch
-    to; the switches shown are recorded with the chunk (`JobStore.record_chunk`). A stream is not
+    endpoints tail. Before every denoising step the store says whether to cancel (so a cancel
+    stops the work within one step), before each chunk which prompt to switch to; the switches shown are recorded with the chunk (`JobStore.record_chunk`). A stream is not
     checkpointed: a job taken over after a crash streams again from frame 0, replaying the
     recorded switches at the same frames (same seed: the same video). Returns True (thumbnail)."""
     from videogen.errors import RenderCancelled
@@ -209,7 +209,7 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     video = storage.video(job_id)
     video.parent.mkdir(parents=True, exist_ok=True)
     spool = SpoolWriter(storage.stream_dir(job_id), ctx.settings.stream_spool_bytes)
-    control = StreamControl()
+    control = StreamControl(cancel_check=lambda: lease.lost or store.cancel_requested(job_id))  # every step
 
     def apply(controls) -> None:
         if controls.cancel or lease.lost:
