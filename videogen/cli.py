@@ -228,7 +228,7 @@ def cmd_models(args) -> int:
 def cmd_train(args) -> int:
     from dataclasses import fields
 
-    from videogen.models.builtin import WEIGHTS_FILE
+    from videogen.models.builtin import CAUSAL_WEIGHTS_FILE, WEIGHTS_FILE
     from videogen.train import TrainConfig, train_builtin
 
     if args.what != "builtin":
@@ -237,7 +237,10 @@ def cmd_train(args) -> int:
         raise InvalidOption("--steps", args.steps, "must be >= 1")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
     cfg = TrainConfig(**overrides)
-    out = train_builtin(cfg, args.workdir, output=args.output or WEIGHTS_FILE, log=lambda m: print(m, flush=True))
+    if cfg.init and not Path(cfg.init).is_file():
+        raise InvalidOption("--init", cfg.init, "no such weights file")
+    default = CAUSAL_WEIGHTS_FILE if cfg.causal_chunk else WEIGHTS_FILE
+    out = train_builtin(cfg, args.workdir, output=args.output or default, log=lambda m: print(m, flush=True))
     print(f"videogen: wrote {out}", file=sys.stderr)
     return 0
 
@@ -264,12 +267,17 @@ def cmd_eval(args) -> int:
 def _add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
     t.add_argument("what", choices=["builtin"])
-    t.add_argument("--steps", type=int, help="optimiser steps (default 6000)")
+    t.add_argument("--steps", type=int, help="optimiser steps (default 4000)")
     t.add_argument("--seed", type=int)
     t.add_argument("--lr", type=float)
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)
+    t.add_argument("--loss", choices=["hybrid", "v", "x0"])
+    t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
+                   help="train the block-causal (streaming) variant with chunks of this many latent frames")
+    t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
-    t.add_argument("--output", help="weights file (default: the package's builtin.safetensors)")
+    t.add_argument("--output", help="weights file (default: the package's builtin.safetensors, "
+                   "or builtin_causal.safetensors with --causal-chunk)")
     t.set_defaults(func=cmd_train)
     e = sub.add_parser("eval", help="score the built-in model's prompt adherence with a scene detector")
     e.add_argument("what", choices=["builtin"])
