@@ -77,19 +77,24 @@ class ModelCatalog:
                            code="model_not_available")  # fmt: skip
         return ModelEntry(name, name, preset)
 
+    def _size_fps(self, spec, entry: ModelEntry, verb: str) -> tuple[int, int, float]:
+        """`spec.validate()`, the server's length cap, and the frame size/fps for `entry`'s preset."""
+        spec.validate()
+        if spec.seconds > self.settings.max_seconds:
+            raise InvalidOption("seconds", spec.seconds, f"this server {verb} at most {self.settings.max_seconds:g} s")
+        p = entry.preset
+        width, height = spec.size or p.size
+        mw, mh = size_multiple(p.kind, str(p.path) if p.path else None)
+        if width % mw or height % mh:
+            raise InvalidOption("size", f"{width}x{height}",
+                                f"width must be a multiple of {mw} and height of {mh} for model {entry.name}")  # fmt: skip
+        return width, height, (spec.fps if spec.fps is not None else p.fps)
+
     def check(self, spec, entry: ModelEntry) -> CheckedSpec:
         """Validate `spec` for `entry` the way `videogen.rendering.prepare` will, minus the model load."""
         try:
-            spec.validate()
-            if spec.seconds > self.settings.max_seconds:
-                raise InvalidOption("seconds", spec.seconds, f"this server renders at most {self.settings.max_seconds:g} s")
             p = entry.preset
-            width, height = spec.size or p.size
-            mw, mh = size_multiple(p.kind, str(p.path) if p.path else None)
-            if width % mw or height % mh:
-                raise InvalidOption("size", f"{width}x{height}",
-                                    f"width must be a multiple of {mw} and height of {mh} for model {entry.name}")  # fmt: skip
-            fps = spec.fps if spec.fps is not None else p.fps
+            width, height, fps = self._size_fps(spec, entry, "renders")
             shots = []
             for i, shot in enumerate(spec.shots):
                 option = "seconds" if len(spec.shots) == 1 else f"shots[{i}].seconds"
@@ -114,15 +119,7 @@ class ModelCatalog:
                 causal = sorted(n for n, q in _presets.load_presets().items() if q.causal and q.available)
                 raise InvalidOption("model", entry.name, "cannot stream: it is not a block-causal model "
                                     f"(streaming models on this server: {', '.join(causal) or 'none'})")  # fmt: skip
-            spec.validate()
-            if spec.seconds > self.settings.max_seconds:
-                raise InvalidOption("seconds", spec.seconds, f"this server streams at most {self.settings.max_seconds:g} s")
-            width, height = spec.size or p.size
-            mw, mh = size_multiple(p.kind, str(p.path) if p.path else None)
-            if width % mw or height % mh:
-                raise InvalidOption("size", f"{width}x{height}",
-                                    f"width must be a multiple of {mw} and height of {mh} for model {entry.name}")  # fmt: skip
-            fps = spec.fps if spec.fps is not None else p.fps
+            width, height, fps = self._size_fps(spec, entry, "streams")
             frames = _plan.frames_for(spec.seconds, fps)
         except InvalidOption as exc:
             raise invalid(exc) from None

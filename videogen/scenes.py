@@ -52,7 +52,7 @@ LIGHTING = ("none", "brighter", "darker")
 HELD_OUT = frozenset({("red", "triangle"), ("blue", "circle"), ("yellow", "square"), ("cyan", "triangle"), ("purple", "circle")})
 
 SPEED = 0.75  # pixels per frame at 64 px: crosses the frame in ~5 s at 16 fps
-RADIUS = 9.0  # object half-size in pixels at 64 px
+RADIUS = 13.0  # object half-size in pixels at 64 px: 26 px objects, 40% of the frame
 
 
 @dataclass(frozen=True)

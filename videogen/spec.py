@@ -74,18 +74,7 @@ class RenderSpec:
             _check_range(sname, shot.seconds, 0.0, MAX_SECONDS, open_low=True)
         if self.seconds > MAX_SECONDS:
             raise InvalidOption("seconds", self.seconds, f"total must be at most {MAX_SECONDS:g}")
-        if self.size is not None:
-            w, h = self.size
-            if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
-                raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
-        if self.fps is not None:
-            _check_range("fps", self.fps, 0.0, MAX_FPS, open_low=True)
-        if self.steps is not None:
-            if not isinstance(self.steps, int) or isinstance(self.steps, bool):
-                raise InvalidOption("steps", self.steps, "must be a whole number")
-            _check_range("steps", self.steps, 1, MAX_STEPS)
-        if self.guidance is not None:
-            _check_range("guidance", self.guidance, 0.0, 50.0)
+        _check_sampling(self.size, self.fps, self.steps, self.guidance, self.seed)
         if self.flow_shift is not None:
             _check_range("flow_shift", self.flow_shift, 0.0, 100.0, open_low=True)
         if self.segment_seconds is not None:
@@ -93,8 +82,6 @@ class RenderSpec:
         if self.overlap_frames is not None:
             if not isinstance(self.overlap_frames, int) or self.overlap_frames < 1:
                 raise InvalidOption("overlap_frames", self.overlap_frames, "must be a whole number >= 1")
-        if not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
-            raise InvalidOption("seed", self.seed, "must be a whole number in 0..2**63-1")
         if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
             raise InvalidOption("attention", self.attention, f"must be one of {', '.join(ATTENTION_BACKENDS)}")
         if self.dtype not in DTYPES:
@@ -183,18 +170,7 @@ class StreamSpec:
             raise InvalidOption("sink_frames", self.sink_frames, "must be >= 0")
         if self.window_frames < self.chunk_frames:
             raise InvalidOption("window_frames", self.window_frames, f"must be >= chunk_frames ({self.chunk_frames})")
-        if self.steps is not None and not 1 <= self.steps <= 200:
-            raise InvalidOption("steps", self.steps, "must be between 1 and 200")
-        if self.guidance is not None and not 0 <= self.guidance <= 30:
-            raise InvalidOption("guidance", self.guidance, "must be between 0 and 30")
-        if self.size is not None:
-            w, h = self.size
-            if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
-                raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
-        if self.fps is not None:
-            _check_range("fps", self.fps, 0.0, MAX_FPS, open_low=True)
-        if not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
-            raise InvalidOption("seed", self.seed, "must be a whole number in 0..2**63-1")
+        _check_sampling(self.size, self.fps, self.steps, self.guidance, self.seed)
         for at, prompt in self.switches:
             if at < 0 or not prompt.strip():
                 raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
@@ -213,6 +189,24 @@ class StreamSpec:
             kw["size"] = tuple(kw["size"])
         kw["switches"] = [(float(at), str(prompt)) for at, prompt in kw.get("switches") or []]
         return cls(**kw)
+
+
+def _check_sampling(size, fps, steps, guidance, seed) -> None:
+    """The checks `RenderSpec` and `StreamSpec` share (None = the preset's value)."""
+    if size is not None:
+        w, h = size
+        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+            raise InvalidOption("size", f"{w}x{h}", f"width and height must be in 1..{MAX_SIDE}")
+    if fps is not None:
+        _check_range("fps", fps, 0.0, MAX_FPS, open_low=True)
+    if steps is not None:
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            raise InvalidOption("steps", steps, "must be a whole number")
+        _check_range("steps", steps, 1, MAX_STEPS)
+    if guidance is not None:
+        _check_range("guidance", guidance, 0.0, 50.0)
+    if not isinstance(seed, int) or not (0 <= seed < 2**63):
+        raise InvalidOption("seed", seed, "must be a whole number in 0..2**63-1")
 
 
 def _check_range(option: str, value: Any, low: float, high: float, *, open_low: bool = False) -> None:

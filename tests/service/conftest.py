@@ -256,3 +256,16 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture
+def alpha(server):
+    """A client with tenant alpha's key on the module's `server` fixture."""
+    with server.client("key-alpha") as c:
+        yield c
+
+
+@pytest.fixture
+def beta(server):
+    with server.client("key-beta") as c:
+        yield c

@@ -24,18 +24,6 @@ def server(tmp_path_factory, make_server):
     s.stop()
 
 
-@pytest.fixture
-def alpha(server):
-    with server.client("key-alpha") as c:
-        yield c
-
-
-@pytest.fixture
-def beta(server):
-    with server.client("key-beta") as c:
-        yield c
-
-
 def create(client: httpx.Client, **fields) -> dict:
     r = client.post("/v1/videos", json={"prompt": "a red circle moving right", **fields})
     assert r.status_code == 200, r.text
