@@ -37,7 +37,7 @@ import torch
 
 from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
 from videogen.models.codec import PixelCodec, uint8_to_video
-from videogen.scenes import random_scene, render_scene
+from videogen.scenes import canonical_start, random_scene, render_scene
 
 
 @dataclass
@@ -81,15 +81,9 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     tokens_per_clip = frames_lat * (cfg.size // 8) ** 2
     batch = max(1, cfg.batch_tokens // tokens_per_clip)
     num_frames = 4 * (frames_lat - 1) + 1
-    clips, captions = [], []
-    for _ in range(batch):
-        scene = random_scene(rng)
-        clips.append(render_scene(scene, num_frames, cfg.size, start=rng.uniform(0, 400)))
-        captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
-    video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
-    latents = codec.encode(video)
     g = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
     sigmas = torch.empty(batch, frames_lat)
+    clips, captions = [], []
     for b in range(batch):
         mode = rng.random()
         if cfg.causal_chunk:
@@ -108,6 +102,15 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
             sigmas[b, :p] = 0.0
         else:
             sigmas[b] = _shifted(torch.rand(frames_lat, generator=g), cfg.shift)
+        scene = random_scene(rng)
+        if sigmas[b, 0] > 0:  # made from scratch (no clean first frame): the canonical layout
+            scene, start = canonical_start(scene, rng), 0.0
+        else:  # continues a clean prefix: anywhere, any time
+            start = rng.uniform(0, 400)
+        clips.append(render_scene(scene, num_frames, cfg.size, start=start))
+        captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
+    video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
+    latents = codec.encode(video)
     noise = torch.randn(latents.shape, generator=g)
     return latents, sigmas, noise, captions
 
