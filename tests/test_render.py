@@ -176,8 +176,8 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     # The same frames, except at the one seam: the whole render crossfades it, while the source
     # video already ended on its own last frames, so the extension skips its blend window.
     seam = np.zeros(53, bool)
-    seam[29 - 5 : 29 + 1] = True
-    assert diff[~seam].max() < 0.5, diff
+    seam[29 - 5 : 29 + 2] = True  # the blend window and the frame after it (the stitcher's ramp starts there)
+    assert diff[~seam].max() < 0.5, str(np.round(diff, 2).tolist())
     assert diff[seam].max() < 5.0, diff
 
     tail = torch.load(tmp_path / "src.tail", weights_only=False)

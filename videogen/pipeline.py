@@ -122,7 +122,8 @@ def denoise_segment(
         else:
             timestep = t.expand(batch)
         with torch.no_grad():
-            pred = transformer(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
+            pred = transformer(hidden_states=model.transformer_input(x), timestep=timestep, encoder_hidden_states=embeds,
+                               return_dict=False)[0]  # fmt: skip
         pred = guided_velocity(model, pred, latents, float(t) / scheduler.config.num_train_timesteps, guidance if use_cfg else None)
         latents = scheduler.step(pred, t, latents, return_dict=False)[0]
         if prefix is not None:

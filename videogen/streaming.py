@@ -170,23 +170,23 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
         ctx.mode, ctx.plan, ctx.cache, ctx.write = None, None, None, False
 
 
-def _forward(transformer, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
+def _forward(model, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
     batch = embeds.shape[0]
-    pt, ph, pw = transformer.config.patch_size
+    pt, ph, pw = model.patch_size
     n = (x.shape[2] // pt) * (x.shape[3] // ph) * (x.shape[4] // pw)
     timestep = torch.full((batch, n), float(t), device=x.device)
     with torch.no_grad():
-        return transformer(hidden_states=x.expand(batch, -1, -1, -1, -1), timestep=timestep,
-                           encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
+        return model.transformer(hidden_states=model.transformer_input(x.expand(batch, -1, -1, -1, -1)),
+                                 timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
 
 
-def _write_pass(transformer, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw) -> None:
+def _write_pass(model, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw) -> None:
     """The clean-context pass: `latents` (1, C, n, h, w) at timestep 0 write their K/V for `frames`."""
     ctx.mode, ctx.cache = "cache", state.cache
-    plan_chunk(ctx, transformer, frames, grid_hw)
+    plan_chunk(ctx, model.transformer, frames, grid_hw)
     ctx.write = True
     try:
-        _forward(transformer, latents.to(transformer.dtype), 0.0, state.embeds)
+        _forward(model, latents.to(model.dtype), 0.0, state.embeds)
     finally:
         ctx.write = False
     state.cache.commit(frames, latents)
@@ -206,12 +206,12 @@ def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int
     for i, t in enumerate(scheduler.timesteps):
         if control is not None and control.cancelled:
             raise RenderCancelled(f"stream cancelled at step {i + 1} of chunk {state.chunk}")
-        pred = _forward(transformer, latents.to(model.dtype), float(t), state.embeds)
+        pred = _forward(model, latents.to(model.dtype), float(t), state.embeds)
         velocity = guided_velocity(model, pred, latents, float(t) / n_train, guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if not torch.isfinite(latents).all():
             raise NonFiniteLatents(f"chunk {state.chunk}: latents became NaN/Inf at step {i + 1} of {steps}")
-    _write_pass(transformer, ctx, state, latents, frames, grid_hw)
+    _write_pass(model, ctx, state, latents, frames, grid_hw)
     state.latent_frames += c
     return latents
 
@@ -235,7 +235,7 @@ def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Ten
             groups.append([f])
     for group in groups:
         x = torch.stack([latents[f] for f in group], dim=1).unsqueeze(0).to(model.device)
-        _write_pass(model.transformer, ctx, state, x, group, grid_hw)
+        _write_pass(model, ctx, state, x, group, grid_hw)
     state.recaches += 1
 
 

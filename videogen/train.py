@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
+from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights, with_position
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.scenes import canonical_start, random_scene, render_scene
 
@@ -130,12 +130,13 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     tokens_per_frame = (h // 2) * (w // 2)
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
     text = encoder.encode_train(captions)
+    inputs = with_position(noisy)
     if causal_chunk:
         from videogen.streaming import block_causal_forward
 
-        x0 = block_causal_forward(transformer, noisy, timestep, text, causal_chunk)
+        x0 = block_causal_forward(transformer, inputs, timestep, text, causal_chunk)
     else:
-        x0 = transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+        x0 = transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
     weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
     if loss == "v":
         err2 = (velocity_from_sample(noisy, x0, s) - target) ** 2

@@ -1,6 +1,8 @@
 """The built-in model: a small `WanTransformer3DModel` + `PixelCodec` + `VocabPromptEncoder`.
 
-It runs through exactly the same pipeline code as real Wan checkpoints. Sizes (64x64 at 16 fps):
+It runs through exactly the same pipeline code as real Wan checkpoints (with two constant position
+channels concatenated to its input, the way Wan I2V concatenates conditioning channels: see
+`position_channels`). Sizes (64x64 at 16 fps):
 the pixel codec folds 4x4x4 pixel blocks into 192 channels, the transformer patches 1x2x2, so one
 token covers 4 frames x 8x8 pixels; a 5 s segment (81 frames, 21 latent frames) is 21x8x8 = 1,344
 tokens, which a 2-core CPU denoises in seconds.
@@ -35,7 +37,7 @@ TRANSFORMER_CONFIG = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=4,
     attention_head_dim=32,
-    in_channels=192,
+    in_channels=192 + 2,  # 192 pixel channels + 2 position channels (`position_channels`)
     out_channels=192,
     text_dim=TEXT_DIM,
     freq_dim=64,
@@ -46,6 +48,24 @@ TRANSFORMER_CONFIG = dict(
     eps=1e-6,
     rope_max_seq_len=1024,
 )
+
+
+def position_channels(latents: torch.Tensor) -> torch.Tensor:
+    """(B, 2, F, h, w): each latent cell's x and y in [-1, 1], concatenated to the noisy latents as
+    conditioning channels (as Wan 2.1 I2V concatenates its mask and image latents). Wan has no
+    absolute position embedding (RoPE is relative), so from a uniform background at high noise a
+    Wan model cannot tell the middle of the frame from its edge: a small one then cannot learn
+    where a caption's object starts and draws none. Big Wan models break that symmetry from the
+    noise; these two constant channels give the built-in model the position outright."""
+    b, _, f, h, w = latents.shape
+    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=latents.device, dtype=latents.dtype)
+    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=latents.device, dtype=latents.dtype)
+    grid = torch.stack([xs.view(1, w).expand(h, w), ys.view(h, 1).expand(h, w)])  # (2, h, w)
+    return grid.view(1, 2, 1, h, w).expand(b, 2, f, h, w)
+
+
+def with_position(latents: torch.Tensor) -> torch.Tensor:
+    return torch.cat([latents, position_channels(latents)], dim=1)
 
 
 def build_fresh(init_seed: int = 0):

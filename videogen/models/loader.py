@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,12 @@ class VideoModel:
     expand_timesteps: bool = False  # Wan 2.2 TI2V: per-token timesteps always
     prediction: str = "flow"  # "flow": the transformer predicts the velocity (Wan); "sample": clean latents (builtin)
     extras: dict[str, Any] = field(default_factory=dict)
+    # Conditioning channels concatenated to the noisy latents before every transformer call (Wan
+    # I2V-style); the built-in model's are its position channels. None: the latents alone.
+    condition: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def transformer_input(self, latents: torch.Tensor) -> torch.Tensor:
+        return latents if self.condition is None else self.condition(latents)
 
     @property
     def patch_size(self) -> tuple[int, int, int]:
@@ -153,7 +160,7 @@ def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
 
 
 def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
-    from videogen.models.builtin import build_builtin, cast_transformer
+    from videogen.models.builtin import build_builtin, cast_transformer, with_position
 
     transformer, codec, encoder = build_builtin(variant=preset.name, weights=preset.weights)
     return VideoModel(
@@ -165,6 +172,7 @@ def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> V
         device=device,
         dtype=dtype,
         prediction="sample",
+        condition=with_position,
     )
 
 
