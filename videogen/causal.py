@@ -105,6 +105,7 @@ class _ChunkPlan:
     cache_rope: tuple[torch.Tensor, torch.Tensor] | None
     chunk_rope: tuple[torch.Tensor, torch.Tensor]
     write_tokens: torch.Tensor  # where the chunk's K/V go
+    chunk_positions: list[int]  # the chunk's re-indexed temporal positions (RoPE, position channels)
 
 
 @dataclass
@@ -177,6 +178,7 @@ def plan_chunk(ctx: CausalContext, transformer, frames: list[int], grid_hw: tupl
         cache_rope=rope_for_frames(rope, [pos(f) for f in visible], grid_hw) if visible else None,
         chunk_rope=rope_for_frames(rope, [pos(f) for f in frames], grid_hw),
         write_tokens=cache.token_index([cache.slot_for(f) for f in frames]),
+        chunk_positions=[pos(f) for f in frames],
     )
 
 

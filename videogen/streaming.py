@@ -170,14 +170,15 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
         ctx.mode, ctx.plan, ctx.cache, ctx.write = None, None, None, False
 
 
-def _forward(model, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
+def _forward(model, ctx, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
     batch = embeds.shape[0]
     pt, ph, pw = model.patch_size
     n = (x.shape[2] // pt) * (x.shape[3] // ph) * (x.shape[4] // pw)
     timestep = torch.full((batch, n), float(t), device=x.device)
+    inputs = model.transformer_input(x.expand(batch, -1, -1, -1, -1), ctx.plan.chunk_positions)
     with torch.no_grad():
-        return model.transformer(hidden_states=model.transformer_input(x.expand(batch, -1, -1, -1, -1)),
-                                 timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
+        return model.transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=embeds,
+                                 return_dict=False)[0]  # fmt: skip
 
 
 def _write_pass(model, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw) -> None:
@@ -186,7 +187,7 @@ def _write_pass(model, ctx, state: StreamState, latents: torch.Tensor, frames: l
     plan_chunk(ctx, model.transformer, frames, grid_hw)
     ctx.write = True
     try:
-        _forward(model, latents.to(model.dtype), 0.0, state.embeds)
+        _forward(model, ctx, latents.to(model.dtype), 0.0, state.embeds)
     finally:
         ctx.write = False
     state.cache.commit(frames, latents)
@@ -206,7 +207,7 @@ def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int
     for i, t in enumerate(scheduler.timesteps):
         if control is not None and control.cancelled:
             raise RenderCancelled(f"stream cancelled at step {i + 1} of chunk {state.chunk}")
-        pred = _forward(model, latents.to(model.dtype), float(t), state.embeds)
+        pred = _forward(model, ctx, latents.to(model.dtype), float(t), state.embeds)
         velocity = guided_velocity(model, pred, latents, float(t) / n_train, guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if not torch.isfinite(latents).all():

@@ -37,7 +37,7 @@ TRANSFORMER_CONFIG = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=4,
     attention_head_dim=32,
-    in_channels=192 + 2,  # 192 pixel channels + 2 position channels (`position_channels`)
+    in_channels=192 + 3,  # 192 pixel channels + x, y, t position channels (`position_channels`)
     out_channels=192,
     text_dim=TEXT_DIM,
     freq_dim=64,
@@ -50,22 +50,27 @@ TRANSFORMER_CONFIG = dict(
 )
 
 
-def position_channels(latents: torch.Tensor) -> torch.Tensor:
-    """(B, 2, F, h, w): each latent cell's x and y in [-1, 1], concatenated to the noisy latents as
+def position_channels(latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
+    """(B, 3, F, h, w): each latent cell's x and y in [-1, 1] and its latent frame's index in the
+    clip (/ 8; `frames` gives them, default 0..F-1), concatenated to the noisy latents as
     conditioning channels (as Wan 2.1 I2V concatenates its mask and image latents). Wan has no
     absolute position embedding (RoPE is relative), so from a uniform background at high noise a
-    Wan model cannot tell the middle of the frame from its edge: a small one then cannot learn
-    where a caption's object starts and draws none. Big Wan models break that symmetry from the
-    noise; these two constant channels give the built-in model the position outright."""
+    Wan model can tell neither the middle of the frame from its edge nor the first frame from the
+    last: a small one then cannot learn where a caption's object starts, nor move it (it draws a
+    still blob). Big Wan models break that symmetry from the noise; these constant channels give
+    the built-in model the position outright. Streaming passes the re-indexed window positions."""
     b, _, f, h, w = latents.shape
-    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=latents.device, dtype=latents.dtype)
-    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=latents.device, dtype=latents.dtype)
-    grid = torch.stack([xs.view(1, w).expand(h, w), ys.view(h, 1).expand(h, w)])  # (2, h, w)
-    return grid.view(1, 2, 1, h, w).expand(b, 2, f, h, w)
+    dev, dt = latents.device, latents.dtype
+    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=dev, dtype=dt)
+    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=dev, dtype=dt)
+    ts = torch.tensor(list(range(f)) if frames is None else frames, device=dev, dtype=dt) / 8
+    grid = torch.stack([xs.view(1, 1, w).expand(f, h, w), ys.view(1, h, 1).expand(f, h, w),
+                        ts.view(f, 1, 1).expand(f, h, w)])  # fmt: skip
+    return grid.unsqueeze(0).expand(b, 3, f, h, w)
 
 
-def with_position(latents: torch.Tensor) -> torch.Tensor:
-    return torch.cat([latents, position_channels(latents)], dim=1)
+def with_position(latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
+    return torch.cat([latents, position_channels(latents, frames)], dim=1)
 
 
 def build_fresh(init_seed: int = 0):
@@ -103,6 +108,10 @@ def load_weights(transformer, encoder, path) -> None:
     from safetensors.torch import load_file
 
     state = load_file(str(path))
+    key, want = "transformer.patch_embedding.weight", transformer.patch_embedding.weight
+    if key in state and state[key].shape[1] < want.shape[1]:  # training from weights with fewer input channels
+        pad = torch.zeros(want.shape[0], want.shape[1] - state[key].shape[1], *want.shape[2:])
+        state[key] = torch.cat([state[key].float(), pad], dim=1)  # the new channels start with no effect
     transformer.load_state_dict({k[len("transformer.") :]: v.float() for k, v in state.items() if k.startswith("transformer.")})
     encoder.load_state_dict({k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")})
 

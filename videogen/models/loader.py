@@ -41,10 +41,11 @@ class VideoModel:
     extras: dict[str, Any] = field(default_factory=dict)
     # Conditioning channels concatenated to the noisy latents before every transformer call (Wan
     # I2V-style); the built-in model's are its position channels. None: the latents alone.
-    condition: Callable[[torch.Tensor], torch.Tensor] | None = None
+    condition: Callable[..., torch.Tensor] | None = None
 
-    def transformer_input(self, latents: torch.Tensor) -> torch.Tensor:
-        return latents if self.condition is None else self.condition(latents)
+    def transformer_input(self, latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
+        """`frames`: the latent frames' positions (default 0..F-1; streaming: the cache window's)."""
+        return latents if self.condition is None else self.condition(latents, frames)
 
     @property
     def patch_size(self) -> tuple[int, int, int]:
