@@ -177,15 +177,18 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     # video already ended on its own last frames, so the extension skips its blend window.
     seam = np.zeros(53, bool)
     seam[29 - 5 : 29 + 2] = True  # the blend window and the frame after it (the stitcher's ramp starts there)
-    assert diff[~seam].max() < 0.5, str(np.round(diff, 2).tolist())
-    assert diff[seam].max() < 5.0, diff
+    # Frames are compared after H.264 (crf 17) of two different-length videos: x264's lookahead and
+    # rate decisions differ with what follows, which moves decoded pixels by ~2-3 levels on average.
+    assert diff[~seam].max() < 4.0, str(np.round(diff, 2).tolist())
+    assert diff[seam].max() < 8.0, diff
 
     tail = torch.load(tmp_path / "src.tail", weights_only=False)
     tail["handoff"] = tail["handoff"] + 0.5  # another source ending gives another continuation
     torch.save(tail, tmp_path / "other.tail")
     _run(RenderSpec.single(prompt, 24 / 16, **common), tmp_path / "ext2.mp4", model=builtin_model,
          continue_from=tmp_path / "other.tail")  # fmt: skip
-    assert np.abs(VideoReader(tmp_path / "ext2.mp4").read_all().astype(int) - joined[29:]).mean() > 1.0
+    other = np.abs(VideoReader(tmp_path / "ext2.mp4").read_all().astype(int) - joined[29:]).mean()
+    assert other > 8.0, other  # far beyond the encoder's noise above
 
 
 def test_a_continuation_must_match_the_source_settings(builtin_model, tmp_path):
