@@ -116,7 +116,6 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
     if width % mw or height % mh:
         raise InvalidOption("size", f"{width}x{height}", f"width must be a multiple of {mw} and height of {mh}")
     codec = model.codec
-    tf = codec.temporal_factor
     pt, ph, pw = model.patch_size
     for name in ("chunk_frames", "first_chunk_frames"):
         if getattr(spec, name) % pt:
@@ -181,10 +180,13 @@ def _forward(model, ctx, x: torch.Tensor, t: float, embeds: torch.Tensor) -> tor
                                  return_dict=False)[0]  # fmt: skip
 
 
-def _write_pass(model, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw) -> None:
-    """The clean-context pass: `latents` (1, C, n, h, w) at timestep 0 write their K/V for `frames`."""
+def _write_pass(model, ctx, state: StreamState, latents: torch.Tensor, frames: list[int], grid_hw,
+                replan: bool = True) -> None:  # fmt: skip
+    """The clean-context pass: `latents` (1, C, n, h, w) at timestep 0 write their K/V for `frames`.
+    `replan=False`: `ctx.plan` already holds these frames against this cache (the chunk just denoised)."""
     ctx.mode, ctx.cache = "cache", state.cache
-    plan_chunk(ctx, model.transformer, frames, grid_hw)
+    if replan:
+        plan_chunk(ctx, model.transformer, frames, grid_hw)
     ctx.write = True
     try:
         _forward(model, ctx, latents.to(model.dtype), 0.0, state.embeds)
@@ -212,7 +214,7 @@ def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if not torch.isfinite(latents).all():
             raise NonFiniteLatents(f"chunk {state.chunk}: latents became NaN/Inf at step {i + 1} of {steps}")
-    _write_pass(model, ctx, state, latents, frames, grid_hw)
+    _write_pass(model, ctx, state, latents, frames, grid_hw, replan=False)
     state.latent_frames += c
     return latents
 
