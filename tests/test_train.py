@@ -60,3 +60,34 @@ def test_causal_training_steps_run_and_lower_nothing_to_nan(tmp_path):
     out = train_builtin(cfg, tmp_path / "c", output=tmp_path / "c.safetensors", log=lambda m: None)
     w = load_file(str(out))
     assert all(torch.isfinite(v).all() for v in w.values())
+
+
+def test_fresh_clips_spend_the_layout_fraction_at_near_pure_noise():
+    from videogen.train import _fresh_sigma
+
+    cfg = TrainConfig()
+    g = torch.Generator().manual_seed(0)
+    s = torch.cat([_fresh_sigma(cfg, g) for _ in range(4000)])
+    assert (s >= 0).all() and (s <= 1).all()
+    # layout_frac in [0.85, 1] plus the shifted draw's own share there (u >= 0.654: 0.346)
+    expected = cfg.layout_frac + (1 - cfg.layout_frac) * 0.346
+    assert abs(float((s >= 0.85).float().mean()) - expected) < 0.03
+    plain = TrainConfig(layout_frac=0.0)
+    s0 = torch.cat([_fresh_sigma(plain, g) for _ in range(4000)])
+    assert abs(float((s0 >= 0.85).float().mean()) - 0.346) < 0.03
+
+
+def test_the_v_loss_weight_is_capped_by_v_floor():
+    from videogen.models.builtin import build_fresh
+    from videogen.train import flow_matching_loss
+
+    transformer, encoder = build_fresh(0)
+    latents = torch.randn(1, 192, 1, 16, 16)
+    noise = torch.randn(1, 192, 1, 16, 16)
+    losses = {}
+    for floor in (0.05, 0.5):
+        with torch.no_grad():
+            losses[floor] = float(flow_matching_loss(transformer, encoder, latents, torch.tensor([[0.02]]), noise, ["a red circle"],
+                                                     "v", v_floor=floor))  # fmt: skip
+    # the same x0 error, weighted 1/0.05^2 vs 1/0.5^2: exactly 100x apart
+    assert losses[0.05] == pytest.approx(100 * losses[0.5], rel=1e-4)

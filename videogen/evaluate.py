@@ -10,8 +10,9 @@ rendered through the normal `render()` path and scored with `videogen.scenes`' d
     background  median of the non-object pixels -> nearest background colour
     adherence   fraction of prompts right in every respect
 
-Continuation: prompts rendered as 8 chained segments; the object must keep its colour and its
-direction of motion in every segment.
+Continuation: prompts rendered as 8 chained segments of the preset's length (each continuing
+from the previous one's last frames); the object must keep its colour and its direction of motion
+in every segment. A streamed (causal) model's video of the same length is cut into 8 windows.
 """
 
 from __future__ import annotations
@@ -111,13 +112,16 @@ def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuati
                 scene = random_scene(rng, held_out="exclude", max_objects=1)
             scene = Scene(scene.objects, scene.background, "none")
             bounds = []
+            # 8 segments of the preset's own length (the length it was trained on), each handing
+            # its last `overlap_frames` frames to the next as a clean prefix.
+            seg, fps = model.preset.segment_seconds, model.preset.fps
+            seconds = seg + 7 * (seg - model.preset.overlap_frames / fps)
             if streaming:
-                frames = _streamed(model, scene.caption(), 38.0, 100 + i, steps, guidance)
+                frames = _streamed(model, scene.caption(), seconds, 100 + i, steps, guidance)
                 edges = np.linspace(0, len(frames), 9).astype(int)
                 bounds = list(zip(edges[:-1], edges[1:]))
             else:
-                spec = RenderSpec.single(scene.caption(), 38.0, seed=100 + i, steps=steps, guidance=guidance,
-                                         segment_seconds=5.0, overlap_frames=5)  # fmt: skip
+                spec = RenderSpec.single(scene.caption(), seconds, seed=100 + i, steps=steps, guidance=guidance)
                 for ev in render(spec, tmp / "c.mp4", model=model, thumbnail=False):
                     if type(ev).__name__ == "RenderStarted":
                         start = 0
