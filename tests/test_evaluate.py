@@ -23,3 +23,11 @@ def test_eval_builtin_prints_a_final_json_line(model):
     assert set(result) == KEYS
     assert result["prompts"] == 2 and result["continuation_segments"] == 8
     assert all(0.0 <= result[k] <= 1.0 for k in KEYS - {"prompts", "continuation_segments"})
+
+
+def test_eval_with_only_continuations_still_prints_strict_json(builtin_model):
+    from videogen.evaluate import evaluate_builtin
+
+    result = evaluate_builtin(builtin_model, n_seen=0, n_unseen=0, n_continuation=0)
+    json.dumps(result, allow_nan=False)  # NaN is not JSON: an empty prompt set must not produce one
+    assert result["prompts"] == 0 and result["temporal_consistency"] == 0.0

@@ -149,7 +149,7 @@ def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuati
         "shape_acc": frac(lambda s: s.shape),
         "motion_acc": frac(lambda s: s.motion),
         "background_acc": frac(lambda s: s.background),
-        "temporal_consistency": round(float(np.mean([s.presence for s in scores])), 4),
+        "temporal_consistency": round(float(np.mean([s.presence for s in scores])), 4) if scores else 0.0,
         "continuation_segments": cont_total,
         "continuation_consistency": round(cont_ok / max(1, cont_total), 4),
     }
