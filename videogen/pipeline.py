@@ -30,17 +30,12 @@ class StepProgress:
     steps: int
 
 
-SIGMA_FLOOR = 0.05  # x-prediction: velocity = (x - x0) / sigma, with sigma floored (JiT clips t at 0.95)
-
-
-def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: torch.Tensor | float,
-                         floor: float = SIGMA_FLOOR) -> torch.Tensor:  # fmt: skip
+def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
     """The flow velocity (noise - x0) implied by a clean-sample prediction `x0` at noise level
-    `sigma` (broadcastable to x): x = (1 - sigma) x0 + sigma noise  =>  v = (x - x0) / sigma.
-    Training floors sigma (the loss would explode at sigma -> 0); sampling uses the exact sigma so
-    that an Euler step lands on the predicted sample."""
-    if isinstance(sigma, torch.Tensor):
-        return (x - x0) / sigma.clamp_min(floor)
+    `sigma`: x = (1 - sigma) x0 + sigma noise  =>  v = (x - x0) / sigma. Sampling uses the exact
+    sigma (floored only against division by zero) so that an Euler step lands on the predicted
+    sample. Training does not go through here: its v-loss is the x0 error weighted 1/sigma^2
+    (`videogen.train.flow_matching_loss`)."""
     return (x - x0) / max(sigma, floor)
 
 
@@ -53,7 +48,7 @@ def guided_velocity(model, pred: torch.Tensor, latents: torch.Tensor, sigma: flo
         pred_cond, pred_uncond = pred.chunk(2)
         pred = pred_uncond + guidance * (pred_cond - pred_uncond)
     if model.prediction == "sample":
-        pred = velocity_from_sample(latents, pred, sigma, floor=1e-4)
+        pred = velocity_from_sample(latents, pred, sigma)
     return pred
 
 

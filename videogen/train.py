@@ -152,8 +152,8 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
         x0 = transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
     weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
     # The velocity error is the x0 error / sigma (x_sigma - sigma v = x0 exactly), so the v-loss is
-    # the x0 loss weighted 1/sigma^2; that weight is capped at 1/v_floor^2 (flooring sigma inside
-    # `velocity_from_sample` instead would change the target, not just the weight).
+    # the x0 loss weighted 1/sigma^2; only that weight is capped, at 1/v_floor^2 (flooring sigma
+    # inside the implied velocity instead would move the target below the floor, not just weight it).
     x0_err2 = (x0 - latents) ** 2
     v_weight = 1 / s.clamp_min(v_floor) ** 2
     if loss == "v":
