@@ -70,3 +70,31 @@ def test_fractional_frame_counts_are_rejected():
     with pytest.raises(InvalidOption, match="seconds=1.03"):
         frames_for(1.03, 16)
     assert frames_for(0.5, 16) == 8
+
+
+@pytest.mark.parametrize("seconds, segment_seconds, overlap", [(12, 2, 5), (32, 5, 17), (7.5, 2, 9)])
+def test_segment_times_keep_one_clock_across_a_shot(seconds, segment_seconds, overlap):
+    """A continuing segment's first new frame sits, on the segment clock (latent frames; latent i
+    ends at frame 4i), exactly where the shot's video has got to; a new shot restarts the clock,
+    and an extension continues its source's."""
+    from videogen.rendering import segment_times
+
+    fps = 16
+    total = frames_for(seconds, fps)
+    plan = plan_render([("a", total), ("b", total)], fps=fps, segment_frames=round(segment_seconds * fps), overlap_frames=overlap)
+    times = segment_times(plan)
+    written = 0
+    for seg, t in zip(plan.segments, times):
+        if seg.first_in_shot:
+            assert t == 0.0
+            written = 0
+        else:
+            first_new = 4 * (t + seg.prefix_latent_frames) - 3  # the first frame of latent P
+            assert first_new == written
+            assert t > prev  # the clock moves on
+        written += seg.new_frames
+        prev = t
+    ext = plan_render([("a", total)], fps=fps, segment_frames=round(segment_seconds * fps), overlap_frames=overlap,
+                      continue_first=True)  # fmt: skip
+    assert segment_times(ext, time_end=40.0)[0] == 40.0 - ext.segments[0].prefix_latent_frames
+    assert segment_times(ext)[0] == 0.0  # a source without a clock: count from 0

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from videogen.causal import chunk_frames_of, install_causal, new_cache, plan_chunk
-from videogen.models.builtin import build_fresh
+from videogen.models.builtin import TRANSFORMER_CONFIG, build_fresh
 from videogen.streaming import StreamControl, StreamSpec, block_causal_forward, stream
 
 
@@ -51,7 +51,7 @@ def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, first,
     transformer, encoder = tiny
     g = torch.Generator().manual_seed(1)
     frames = first + 2 * chunk
-    x = torch.randn(1, 195, frames, 8, 8, generator=g)  # 192 pixel + 3 position channels
+    x = torch.randn(1, TRANSFORMER_CONFIG["in_channels"], frames, 8, 8, generator=g)  # pixel + conditioning channels
     embeds = encoder.encode(["a red circle moving right on a black background"])
     timesteps = [0.0, 420.0, 999.0]
     sizes = torch.tensor([first, chunk, chunk]) * 16
@@ -66,9 +66,9 @@ def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, first,
 def test_block_causal_forward_ignores_the_future_and_bidirectional_does_not(tiny):
     transformer, encoder = tiny
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(1, 195, 6, 8, 8, generator=g)
+    x = torch.randn(1, TRANSFORMER_CONFIG["in_channels"], 6, 8, 8, generator=g)
     y = x.clone()
-    y[:, :, 3:] = torch.randn(1, 195, 3, 8, 8, generator=g)  # change the second chunk only
+    y[:, :, 3:] = torch.randn(1, TRANSFORMER_CONFIG["in_channels"], 3, 8, 8, generator=g)  # change the second chunk only
     embeds = encoder.encode(["a blue square"])
     t = torch.full((1, 6 * 16), 500.0)
     with torch.no_grad():

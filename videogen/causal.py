@@ -106,6 +106,7 @@ class _ChunkPlan:
     chunk_rope: tuple[torch.Tensor, torch.Tensor]
     write_tokens: torch.Tensor  # where the chunk's K/V go
     chunk_positions: list[int]  # the chunk's re-indexed temporal positions (RoPE, position channels)
+    frames: list[int]  # the chunk's latent frames in the video (absolute; periodic conditioning)
 
 
 @dataclass
@@ -179,6 +180,7 @@ def plan_chunk(ctx: CausalContext, transformer, frames: list[int], grid_hw: tupl
         chunk_rope=rope_for_frames(rope, [pos(f) for f in frames], grid_hw),
         write_tokens=cache.token_index([cache.slot_for(f) for f in frames]),
         chunk_positions=[pos(f) for f in frames],
+        frames=list(frames),
     )
 
 

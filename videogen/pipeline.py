@@ -73,6 +73,7 @@ def denoise_segment(
     seed: int,
     segment: int = 0,
     cancel: Callable[[], bool] | None = None,
+    time: float = 0.0,  # the first latent frame's time in its shot, in latent frames (`segment_times`)
 ) -> Generator[StepProgress, None, torch.Tensor]:
     device, dtype = model.device, model.dtype
     channels = model.codec.latent_channels
@@ -85,6 +86,7 @@ def denoise_segment(
         prefix = prefix.to(device, torch.float32)
         latents[:, :, :n_prefix] = prefix
 
+    absolute = [time + i for i in range(latent_frames)]
     pt, ph, pw = model.patch_size
     grid = (latent_frames // pt, h // ph, w // pw)  # post-patch token grid
     tokens_per_frame = grid[1] * grid[2]
@@ -117,7 +119,7 @@ def denoise_segment(
         else:
             timestep = t.expand(batch)
         with torch.no_grad():
-            pred = transformer(hidden_states=model.transformer_input(x), timestep=timestep, encoder_hidden_states=embeds,
+            pred = transformer(hidden_states=model.transformer_input(x, embeds, None, absolute), timestep=timestep, encoder_hidden_states=embeds,
                                return_dict=False)[0]  # fmt: skip
         pred = guided_velocity(model, pred, latents, float(t) / scheduler.config.num_train_timesteps, guidance if use_cfg else None)
         latents = scheduler.step(pred, t, latents, return_dict=False)[0]

@@ -124,6 +124,21 @@ def prepare(spec: RenderSpec, model, continue_first: bool = False) -> tuple[Reso
     return settings, plan_for(spec, settings, model.codec.temporal_factor, continue_first)
 
 
+def segment_times(plan: RenderPlan, time_end: float | None = None) -> list[float]:
+    """Each segment's first latent frame's time within its shot, in latent frames: 0 for a shot's
+    first segment; a continuing segment's prefix is the previous segment's last latent frames, so
+    it starts that many frames before the previous one ended. `time_end`: where the source of an
+    extension ended (None: unknown, count from 0). Models with time-dependent conditioning (the
+    built-in model's moving frames) see one clock across a shot's segments, as in training."""
+    out: list[float] = []
+    end = time_end
+    for seg in plan.segments:
+        t = 0.0 if seg.first_in_shot or end is None else end - seg.prefix_latent_frames
+        out.append(t)
+        end = t + seg.latent_frames
+    return out
+
+
 def load_tail(path: str | os.PathLike, model, settings: ResolvedSettings) -> dict:
     """A finished render's tail (see `render(tail=...)`), checked to fit this render."""
     p = Path(path)
@@ -198,6 +213,7 @@ def render(
     image_latents = _encode_image(spec.image, model, settings) if spec.image and source is None else None
     tail_state: dict | None = None
     frames_written = 0
+    times = segment_times(plan, source.get("time_end") if source is not None else None)
     latent_hw = (settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor)
     try:
         for seg in plan.segments:
@@ -232,6 +248,7 @@ def render(
                 seed=spec.seed,
                 segment=offset + seg.index,
                 cancel=cancel,
+                time=times[seg.index],
             )
             latents = stitcher.on_latents(latents)
             frames = video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
@@ -240,7 +257,8 @@ def render(
                 if tail is not None:
                     tail_state = {"handoff": latents.detach().to("cpu"), "stitcher": stitcher.state_dict(),
                                   "settings": asdict(settings), "model": model.preset.name,
-                                  "segments": offset + len(plan)}  # fmt: skip
+                                  "segments": offset + len(plan),
+                                  "time_end": times[seg.index] + seg.latent_frames}  # fmt: skip
                 written.append(stitcher.flush())
             written_frames = _concat(written, settings)
             if skip:

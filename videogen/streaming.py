@@ -174,7 +174,7 @@ def _forward(model, ctx, x: torch.Tensor, t: float, embeds: torch.Tensor) -> tor
     pt, ph, pw = model.patch_size
     n = (x.shape[2] // pt) * (x.shape[3] // ph) * (x.shape[4] // pw)
     timestep = torch.full((batch, n), float(t), device=x.device)
-    inputs = model.transformer_input(x.expand(batch, -1, -1, -1, -1), ctx.plan.chunk_positions)
+    inputs = model.transformer_input(x.expand(batch, -1, -1, -1, -1), embeds, ctx.plan.chunk_positions, ctx.plan.frames)
     with torch.no_grad():
         return model.transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=embeds,
                                  return_dict=False)[0]  # fmt: skip

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights, with_position
+from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.scenes import canonical_start, random_scene, render_scene
 
@@ -89,7 +89,9 @@ def _fresh_sigma(cfg: TrainConfig, g: torch.Generator) -> torch.Tensor:
 
 
 def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
-    """(latents (B,C,F,h,w), sigmas (B,F), captions) for `step`, deterministic from (seed, step)."""
+    """(latents (B,C,F,h,w), sigmas (B,F), noise, captions, frames (B,F)) for `step`, deterministic
+    from (seed, step). `frames`: each clip's latent frames' indices in its video (0..F-1; for the
+    causal variant, a clip that continues a clean first frame sits anywhere in a long stream)."""
     rng = random.Random(cfg.seed * 1_000_003 + step)
     frames_lat = rng.choice(cfg.latent_frames)
     if cfg.causal_chunk:  # the first frame alone, then whole chunks (at least two: context + generated)
@@ -100,6 +102,7 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
     g = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
     sigmas = torch.empty(batch, frames_lat)
     clips, captions = [], []
+    frames = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1)
     for b in range(batch):
         mode = rng.random()
         if cfg.causal_chunk:
@@ -121,18 +124,28 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
         scene = random_scene(rng)
         if sigmas[b, 0] > 0:  # made from scratch (no clean first frame): the canonical layout
             scene, start = canonical_start(scene, rng), 0.0
-        else:  # continues a clean prefix: anywhere, any time
+        elif rng.random() < 0.5:
+            # Continues a clean prefix, later in a video that began with the canonical layout: the
+            # clock (`frames`, what the moving frames see) is the video's, as when rendering
+            # chains segments (`videogen.rendering.segment_times`) or streaming, so prefix and
+            # moving frames agree.
+            scene, start = canonical_start(scene, rng), rng.uniform(0, 400)
+            frames[b] += start / 4
+        else:
+            # Continues a prefix that is anywhere at any time (an extended video, a start image,
+            # a prompt switch): the clock says nothing, so only the prefix can tell where it is.
             start = rng.uniform(0, 400)
+            frames[b] += rng.uniform(0, 100)
         clips.append(render_scene(scene, num_frames, cfg.size, start=start))
         captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
     video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
     latents = codec.encode(video)
     noise = torch.randn(latents.shape, generator=g)
-    return latents, sigmas, noise, captions
+    return latents, sigmas, noise, captions, frames
 
 
 def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, loss: str = "hybrid",
-                       causal_chunk: int = 0, v_floor: float = 0.5) -> torch.Tensor:  # fmt: skip
+                       causal_chunk: int = 0, v_floor: float = 0.5, frames=None) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
     `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
@@ -143,7 +156,7 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     tokens_per_frame = (h // 2) * (w // 2)
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
     text = encoder.encode_train(captions)
-    inputs = with_position(noisy)
+    inputs = encoder.condition(noisy, None, text, frames)
     if causal_chunk:
         from videogen.streaming import block_causal_forward
 
@@ -208,10 +221,10 @@ def train_builtin(
     encoder.train()
     t0, losses = time.perf_counter(), []
     for step in range(start, cfg.steps):
-        latents, sigmas, noise, captions = make_batch(cfg, step, codec)
+        latents, sigmas, noise, captions, frames = make_batch(cfg, step, codec)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk, cfg.v_floor)
+        loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk, cfg.v_floor, frames)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from videogen.models.codec import PixelCodec
 from videogen.models.text import VocabPromptEncoder
@@ -33,11 +34,15 @@ GLUE = ["a", "an", "and", "on", "background", "with", "the", "slowly", "getting"
 VOCAB = COLOURS + SHAPES + MOTIONS + GLUE
 
 TEXT_DIM = 64
+LAYOUT_SLOTS = 2  # objects a caption can name
+LAYOUT_CHANNELS = LAYOUT_SLOTS * 8  # per slot: sin/cos of 2 harmonics of its moving x and y phase
 TRANSFORMER_CONFIG = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=4,
     attention_head_dim=32,
-    in_channels=192 + 3,  # 192 pixel channels + x, y, t position channels (`position_channels`)
+    # 192 pixel channels + x, y, t position channels (`position_channels`) + the caption's moving
+    # coordinate frames (`MotionLayout`)
+    in_channels=192 + 3 + LAYOUT_CHANNELS,
     out_channels=192,
     text_dim=TEXT_DIM,
     freq_dim=64,
@@ -73,6 +78,92 @@ def with_position(latents: torch.Tensor, frames: list[int] | None = None) -> tor
     return torch.cat([latents, position_channels(latents, frames)], dim=1)
 
 
+# The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
+# frame widths per latent frame, for staying still, moving right, left, up and down. They start at
+# the generator's canonical layout and speed (`videogen.scenes.canonical_start`, SPEED px/frame at
+# 64 px, 4 frames per latent frame) and are learned from there.
+_V = 0.75 * 4 / 64
+_FRAME_INIT = [[0.5, 0.5, 0.0, 0.0], [0.25, 0.5, _V, 0.0], [0.75, 0.5, -_V, 0.0], [0.5, 0.75, 0.0, -_V], [0.5, 0.25, 0.0, _V]]
+LAYOUT_GAIN = 2.0
+
+
+class MotionLayout(nn.Module):
+    """The caption's objects as moving coordinate frames, given to the transformer as input channels.
+
+    Wan's only text path is cross-attention, which adds the same thing to every token: a small
+    model learns from it which *colour* to draw within a few hundred steps, but *where* (a start
+    position and a velocity, i.e. a product of the caption and the token's position) it had not
+    learned after 6,000 (every motion word drew the same blob, wherever the seed's noise put it).
+    This path makes that product explicit and learned: for each of `LAYOUT_SLOTS` objects, a
+    learned query pools the caption's embeddings, a linear gate mixes `frames` learned moving
+    frames (x0, y0, vx, vy), and each token gets sin/cos of 2 harmonics of its phase in the mixed
+    frames. In the right frame a moving object is still and always at the same phase, so drawing
+    it is the same task at every time and place. The phases are periodic, as the scenes are (motion
+    wraps around), so they stay in range for a stream of any length: `absolute` frame indices go in.
+    """
+
+    def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS) -> None:
+        super().__init__()
+        self.queries = nn.Parameter(torch.randn(slots, dim) * 0.02)
+        self.gate = nn.Linear(dim, len(_FRAME_INIT))
+        nn.init.zeros_(self.gate.weight)
+        nn.init.zeros_(self.gate.bias)
+        self.frames = nn.Parameter(torch.tensor(_FRAME_INIT).repeat(slots, 1, 1))  # (S, J, 4)
+
+    def gates(self, embeds: torch.Tensor) -> torch.Tensor:
+        """(B, S, J) frame weights per slot from prompt embeddings (B, L, D) (zero past the prompt)."""
+        e = embeds.float()
+        valid = e.abs().sum(-1) > 0  # (B, L)
+        scores = torch.einsum("sd,bld->bsl", self.queries, e) / e.shape[-1] ** 0.5
+        attn = torch.softmax(scores.masked_fill(~valid[:, None], float("-inf")), dim=-1).nan_to_num(0.0)
+        pooled = torch.einsum("bsl,bld->bsd", attn, e)  # an empty prompt pools to 0: the gate's bias
+        return torch.softmax(self.gate(pooled), dim=-1)
+
+    def forward(self, latents: torch.Tensor, embeds: torch.Tensor, absolute=None) -> torch.Tensor:
+        """(B, LAYOUT_CHANNELS, F, h, w). `absolute`: the latent frames' indices in the video (a
+        list, or (B, F) per sample); default 0..F-1."""
+        b, _, f, h, w = latents.shape
+        dev = latents.device
+        t = torch.arange(f, device=dev) if absolute is None else torch.as_tensor(absolute, device=dev)
+        t = t.expand(b, f) if t.dim() == 1 else t  # (B, F)
+        xs = (torch.arange(w, device=dev, dtype=torch.float32) + 0.5) / w
+        ys = (torch.arange(h, device=dev, dtype=torch.float32) + 0.5) / h
+        x0, y0, vx, vy = self.frames.unbind(-1)  # (S, J)
+
+        def travelled(v):  # (B, S, J, F, 1): v * t in whole periods removed (float64: t may be huge)
+            d = v.double()[None, :, :, None] * t.double()[:, None, None, :]
+            return (d - d.detach().floor()).float()[..., None]
+
+        # phases (B, S, J, F, n): position minus the frame's origin at time t, on each axis
+        px = xs.view(1, 1, 1, 1, w) - x0[None, :, :, None, None] - travelled(vx)
+        py = ys.view(1, 1, 1, 1, h) - y0[None, :, :, None, None] - travelled(vy)
+        feats = []
+        for m in (1, 2):
+            ax, ay = 2 * torch.pi * m * px, 2 * torch.pi * m * py
+            feats += [torch.sin(ax)[..., None, :].expand(-1, -1, -1, -1, h, w), torch.cos(ax)[..., None, :].expand(-1, -1, -1, -1, h, w),
+                      torch.sin(ay)[..., :, None].expand(-1, -1, -1, -1, h, w), torch.cos(ay)[..., :, None].expand(-1, -1, -1, -1, h, w)]
+        feats = torch.stack(feats, dim=3)  # (B, S, J, 8, F, h, w)
+        mixed = torch.einsum("bsj,bsjcfhw->bscfhw", self.gates(embeds).to(dev), feats)
+        return (LAYOUT_GAIN * mixed).reshape(b, -1, f, h, w).to(latents.dtype)
+
+
+class BuiltinPromptEncoder(VocabPromptEncoder):
+    """The built-in vocabulary encoder plus its `MotionLayout` (saved with it, under `text.`)."""
+
+    def __init__(self) -> None:
+        super().__init__(VOCAB, TEXT_DIM)
+        self.layout = MotionLayout(TEXT_DIM)
+
+    def condition(self, latents: torch.Tensor, frames: list[int] | None = None, embeds: torch.Tensor | None = None,
+                  absolute=None) -> torch.Tensor:  # fmt: skip
+        """The transformer's input: latents + position channels (at `frames`) + the caption's
+        moving frames (at `absolute` frame indices, default `frames`)."""
+        if embeds is None:
+            raise ValueError("the built-in model's input needs the prompt embeddings")
+        layout = self.layout(latents, embeds, frames if absolute is None else absolute)
+        return torch.cat([latents, position_channels(latents, frames), layout], dim=1)
+
+
 def build_fresh(init_seed: int = 0):
     """(transformer, prompt_encoder) with a seeded random initialisation: the start of training."""
     from diffusers import WanTransformer3DModel
@@ -80,7 +171,7 @@ def build_fresh(init_seed: int = 0):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         transformer = WanTransformer3DModel(**TRANSFORMER_CONFIG)
-        encoder = VocabPromptEncoder(VOCAB, TEXT_DIM)
+        encoder = BuiltinPromptEncoder()
         torch.nn.init.normal_(encoder.pos, std=0.02)
     return transformer, encoder
 
@@ -113,7 +204,12 @@ def load_weights(transformer, encoder, path) -> None:
         pad = torch.zeros(want.shape[0], want.shape[1] - state[key].shape[1], *want.shape[2:])
         state[key] = torch.cat([state[key].float(), pad], dim=1)  # the new channels start with no effect
     transformer.load_state_dict({k[len("transformer.") :]: v.float() for k, v in state.items() if k.startswith("transformer.")})
-    encoder.load_state_dict({k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")})
+    text = {k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")}
+    missing, unexpected = encoder.load_state_dict(text, strict=False)
+    if unexpected or any(not k.startswith("layout.") for k in missing):
+        raise RuntimeError(f"{path}: text encoder keys do not match (missing {missing}, unexpected {unexpected})")
+    # weights from before `MotionLayout` (missing layout.*) keep its initialisation: its channels
+    # meet zero input weights (padded above), so they start with no effect
 
 
 def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):

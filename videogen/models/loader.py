@@ -40,12 +40,16 @@ class VideoModel:
     prediction: str = "flow"  # "flow": the transformer predicts the velocity (Wan); "sample": clean latents (builtin)
     extras: dict[str, Any] = field(default_factory=dict)
     # Conditioning channels concatenated to the noisy latents before every transformer call (Wan
-    # I2V-style); the built-in model's are its position channels. None: the latents alone.
+    # I2V-style); the built-in model's are its position channels and its caption's moving frames
+    # (`BuiltinPromptEncoder.condition`). None: the latents alone.
     condition: Callable[..., torch.Tensor] | None = None
 
-    def transformer_input(self, latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
-        """`frames`: the latent frames' positions (default 0..F-1; streaming: the cache window's)."""
-        return latents if self.condition is None else self.condition(latents, frames)
+    def transformer_input(self, latents: torch.Tensor, embeds: torch.Tensor, frames: list[int] | None = None,
+                          absolute: list[int] | None = None) -> torch.Tensor:  # fmt: skip
+        """`embeds`: the prompt embeddings of this call's batch; `frames`: the latent frames'
+        positions (default 0..F-1; streaming: the cache window's); `absolute`: their indices in the
+        video (default `frames`)."""
+        return latents if self.condition is None else self.condition(latents, frames, embeds, absolute)
 
     @property
     def patch_size(self) -> tuple[int, int, int]:
@@ -161,7 +165,7 @@ def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
 
 
 def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
-    from videogen.models.builtin import build_builtin, cast_transformer, with_position
+    from videogen.models.builtin import build_builtin, cast_transformer
 
     transformer, codec, encoder = build_builtin(variant=preset.name, weights=preset.weights)
     return VideoModel(
@@ -173,7 +177,7 @@ def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> V
         device=device,
         dtype=dtype,
         prediction="sample",
-        condition=with_position,
+        condition=encoder.condition,
     )
 
 

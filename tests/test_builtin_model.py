@@ -1,0 +1,76 @@
+"""The built-in model's conditioning: `MotionLayout`'s moving coordinate frames and how they reach
+the transformer (training, rendering and streaming all give it the same frames)."""
+
+from __future__ import annotations
+
+import torch
+
+from videogen.causal import install_causal, new_cache, plan_chunk
+from videogen.models.builtin import LAYOUT_CHANNELS, TRANSFORMER_CONFIG, build_fresh
+
+
+def _layout_moving_right(cells_per_frame: int, w: int = 8):
+    """A fresh encoder whose slot-0 gate picks frame 1, set to move `cells_per_frame` cells right."""
+    _, enc = build_fresh(0)
+    with torch.no_grad():
+        enc.layout.gate.bias.copy_(torch.tensor([-30.0, 30.0, -30.0, -30.0, -30.0]))
+        enc.layout.frames[:, 1] = torch.tensor([0.25, 0.5, cells_per_frame / w, 0.0])
+    return enc
+
+
+def test_in_its_frame_a_moving_object_stands_still():
+    """Channel values move with the frame: one cell right per latent frame means frame t+1 at
+    column x+1 equals frame t at column x (all rows, all channels of the slot)."""
+    enc = _layout_moving_right(1)
+    latents = torch.zeros(1, 192, 4, 8, 8)
+    out = enc.layout(latents, enc.encode(["a red circle moving right on a black background"]))
+    assert out.shape == (1, LAYOUT_CHANNELS, 4, 8, 8)
+    slot0 = out[:, :8]
+    torch.testing.assert_close(slot0[:, :, 1:, :, 1:], slot0[:, :, :-1, :, :-1])
+    assert not torch.allclose(slot0[:, :, 1:], slot0[:, :, :-1])  # it does move
+
+
+def test_phases_are_periodic_so_any_absolute_frame_is_in_range():
+    enc = _layout_moving_right(1)  # 1 cell per frame on 8 cells: period 8 frames
+    latents = torch.zeros(1, 192, 3, 8, 8)
+    embeds = enc.encode(["a red circle moving right on a black background"])
+    near = enc.layout(latents, embeds, [0, 1, 2])
+    far = enc.layout(latents, embeds, [80_000, 80_001, 80_002])
+    torch.testing.assert_close(near, far, atol=1e-5, rtol=0)
+
+
+def test_gates_are_a_distribution_per_slot_and_an_empty_prompt_uses_the_bias():
+    _, enc = build_fresh(0)
+    with torch.no_grad():
+        enc.layout.gate.weight.normal_()
+        enc.layout.gate.bias.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]))
+    g = enc.layout.gates(enc.encode(["a red circle moving right on a black background", ""]))
+    assert g.shape == (2, 2, 5)
+    torch.testing.assert_close(g.sum(-1), torch.ones(2, 2))
+    torch.testing.assert_close(g[1, 0], torch.softmax(enc.layout.gate.bias, -1))
+    assert not torch.allclose(g[0, 0], g[1, 0])
+
+
+def test_condition_builds_the_whole_transformer_input_and_defaults_absolute_to_frames():
+    _, enc = build_fresh(0)
+    latents = torch.randn(2, 192, 3, 8, 8)
+    embeds = enc.encode(["a red circle moving left on a black background", "a blue square bouncing on a gray background"])
+    x = enc.condition(latents, None, embeds)
+    assert x.shape == (2, TRANSFORMER_CONFIG["in_channels"], 3, 8, 8)
+    torch.testing.assert_close(x[:, :192], latents)
+    torch.testing.assert_close(enc.condition(latents, [5, 6, 7], embeds), enc.condition(latents, [5, 6, 7], embeds, [5, 6, 7]))
+    assert not torch.allclose(x, enc.condition(latents, None, embeds, [5, 6, 7]))
+
+
+def test_the_stream_plan_keeps_absolute_frames_while_positions_are_re_indexed():
+    transformer, _ = build_fresh(0)
+    ctx = install_causal(transformer)
+    cache = new_cache(transformer, batch=1, tokens_per_frame=16, sink=1, window=3, latent_shape=(192, 8, 8),
+                      dtype=torch.float32, device="cpu")  # fmt: skip
+    ctx.cache = cache
+    for frames in ([0], [1, 2, 3], [4, 5, 6], [7, 8, 9]):
+        plan_chunk(ctx, transformer, frames, (4, 4))
+        cache.commit(frames, None)
+    plan_chunk(ctx, transformer, [10, 11, 12], (4, 4))
+    assert ctx.plan.frames == [10, 11, 12]
+    assert ctx.plan.chunk_positions == [4, 5, 6]  # sink frame 0 at 0, the window (7..9) at 1..3, then this chunk
