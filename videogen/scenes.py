@@ -264,13 +264,15 @@ def classify_shape(fill: float) -> str:
     return "triangle"
 
 
-def classify_motion(track: Track, size: int) -> str:
-    idx = np.nonzero(track.present)[0]
-    if len(idx) < 4:
+def classify_motion(track: Track, size: int, stride: int = 4) -> str:
+    """The track's motion, from centroid displacements between frames `stride` apart (per frame).
+    4 = one latent frame of a Wan-style codec: a model that moves an object in steps of a latent
+    frame is read by its direction, not as still (per-frame steps would be 0 three times in four)."""
+    i = np.nonzero(track.present[:-stride] & track.present[stride:])[0]
+    if len(i) < 4:
         return "unknown"
-    c = track.centroid[idx]
-    steps = np.diff(c, axis=0) / np.maximum(np.diff(idx), 1)[:, None]
-    steps = (steps + size / 2) % size - size / 2  # unwrap across the frame edge
+    d = track.centroid[i + stride] - track.centroid[i]
+    steps = ((d + size / 2) % size - size / 2) / stride  # unwrapped across the frame edge
     # Medians: robust to a few frames where another object occludes this one.
     typical = np.median(np.abs(steps), axis=0)  # (|dx|, |dy|) per frame
     scale = size / 64
