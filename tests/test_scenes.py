@@ -65,14 +65,14 @@ def test_canonical_start_puts_objects_where_their_motion_begins():
 
 def test_motion_in_latent_frame_steps_reads_as_its_direction_and_jitter_as_still():
     """A model that moves an object once per latent frame (3 px every 4 frames; per-frame steps
-    0, 0, 0, 3) still moves right; a still object wobbling by a third of a pixel is still."""
+    0, 0, 0, 3) still moves right; a still object that jitters by a pixel per latent frame is still."""
     from videogen.scenes import Track, classify_motion
 
-    t = 40
+    t = 80
     present = np.ones(t, bool)
     stepped = np.stack([20 + 3 * (np.arange(t) // 4), np.full(t, 32.0)], axis=1)
     assert classify_motion(Track("red", present, stepped, np.ones(t)), 64) == "right"
-    wobble = np.stack([32 + 0.3 * (-1) ** np.arange(t), np.full(t, 32.0)], axis=1)
+    wobble = np.stack([32 + (-1) ** (np.arange(t) // 4), np.full(t, 32.0)], axis=1)
     assert classify_motion(Track("red", present, wobble, np.ones(t)), 64) == "still"
     up_wrapping = np.stack([np.full(t, 32.0), (10 - 0.75 * np.arange(t)) % 64], axis=1)
     assert classify_motion(Track("red", present, up_wrapping, np.ones(t)), 64) == "up"
