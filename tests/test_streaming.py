@@ -119,6 +119,35 @@ def test_memory_stays_bounded_over_1000_chunks(causal_model):
     assert rss[1] - rss[0] < 20, f"RSS grew from {rss[0]:.0f} to {rss[1]:.0f} MB over 900 chunks"
 
 
+def test_a_long_stream_rebases_its_clock_and_rewrites_its_cache_on_the_new_one(causal_model, monkeypatch):
+    """The clock the moving frames see stays within CLOCK_PERIOD + the window, and every pass
+    (the chunk's and the cache re-writes alike) uses the current base: sinks keep their index."""
+    import videogen.streaming as S
+
+    monkeypatch.setattr(S, "CLOCK_PERIOD", 8)
+    seen, real = [], S.plan_chunk
+
+    def spy(ctx, transformer, frames, grid_hw):
+        real(ctx, transformer, frames, grid_hw)
+        seen.append((list(frames), list(ctx.plan.frames), ctx.clock_base))
+
+    monkeypatch.setattr(S, "plan_chunk", spy)
+    spec = StreamSpec("a red circle moving right on a black background", seconds=None, size=(16, 16), steps=1,
+                      chunk_frames=1, first_chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
+    gen = stream(spec, causal_model)
+    for chunk in gen:
+        if chunk.index == 0:
+            state = gen.gi_frame.f_locals["state"]
+        if chunk.index == 40:
+            break
+    gen.close()
+    assert state.rebases >= 4 and state.recaches == 0
+    assert max(base for *_, base in seen) > 30
+    for frames, clocks, base in seen:
+        assert clocks == [f if f < 1 else f - base for f in frames]
+        assert max(clocks) < 8 + 3 + 1
+
+
 def test_stream_is_deterministic_and_has_the_exact_length(causal_model):
     spec = StreamSpec("a green square moving up on a gray background", seconds=2.0, steps=2)
     a = np.concatenate([c.frames for c in stream(spec, causal_model)])

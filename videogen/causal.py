@@ -106,7 +106,7 @@ class _ChunkPlan:
     chunk_rope: tuple[torch.Tensor, torch.Tensor]
     write_tokens: torch.Tensor  # where the chunk's K/V go
     chunk_positions: list[int]  # the chunk's re-indexed temporal positions (RoPE, position channels)
-    frames: list[int]  # the chunk's latent frames in the video (absolute; periodic conditioning)
+    frames: list[int]  # the chunk's latent frames on the stream's clock (time-dependent conditioning)
 
 
 @dataclass
@@ -118,6 +118,10 @@ class CausalContext:
     cache: KVCache | None = None
     write: bool = False
     plan: _ChunkPlan | None = None
+    # Frames at or past the sinks reach time-dependent conditioning (`_ChunkPlan.frames`) as
+    # f - clock_base: a long stream re-bases its clock (and re-writes its cache) to stay within
+    # the clock range the model was trained on (`videogen.streaming.CLOCK_PERIOD`).
+    clock_base: int = 0
 
     def block_causal_mask(self, n_tokens: int, device) -> torch.Tensor:
         """(N, N) bool, True = may attend: key chunk <= query chunk."""
@@ -180,7 +184,7 @@ def plan_chunk(ctx: CausalContext, transformer, frames: list[int], grid_hw: tupl
         chunk_rope=rope_for_frames(rope, [pos(f) for f in frames], grid_hw),
         write_tokens=cache.token_index([cache.slot_for(f) for f in frames]),
         chunk_positions=[pos(f) for f in frames],
-        frames=list(frames),
+        frames=[f if f < cache.sink else f - ctx.clock_base for f in frames],
     )
 
 

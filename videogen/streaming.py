@@ -34,6 +34,11 @@ from videogen.pipeline import guided_velocity, segment_noise
 from videogen.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
 
 
+# Latent frames (16 s at 16 fps) a stream's clock may run past its base before `rebase_clock`;
+# the built-in causal model was trained on clocks up to ~110 latent frames.
+CLOCK_PERIOD = 64
+
+
 @dataclass(frozen=True)
 class StreamChunk:
     index: int
@@ -95,7 +100,8 @@ class StreamState:
     latent_frames: int = 0  # latent frames made
     frames: int = 0  # pixel frames emitted
     last_latent: torch.Tensor | None = None  # (1, C, 1, h, w): the previous chunk's last latent frame
-    recaches: int = 0
+    recaches: int = 0  # prompt switches
+    rebases: int = 0  # clock re-bases (`rebase_clock`)
 
 
 def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None) -> Iterator[StreamChunk]:
@@ -143,6 +149,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
     switches = sorted(spec.switches)
     ctx.tokens_per_frame = grid_hw[0] * grid_hw[1]
     ctx.chunk_frames, ctx.first_chunk_frames = spec.chunk_frames, spec.first_chunk_frames
+    ctx.clock_base = 0
     try:
         for index in itertools.count():
             if control is not None and control.cancelled:
@@ -152,6 +159,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
                 new_prompt = switches.pop(0)[1]
             if new_prompt is not None and new_prompt != state.prompt:
                 switch_prompt(model, state, ctx, new_prompt, embeds_for(new_prompt), grid_hw)
+            rebase_clock(model, state, ctx, chunk_frames_of(state.chunk, spec.chunk_frames, spec.first_chunk_frames)[0], grid_hw)
             latents = _generate_chunk(model, state, ctx, spec, steps, guidance if use_cfg else None, shift,
                                       (h, w), grid_hw, control)  # fmt: skip
             video = codec.decode(latents if state.last_latent is None else torch.cat([state.last_latent, latents], 2))
@@ -166,7 +174,7 @@ def stream(spec: StreamSpec, model=None, *, control: StreamControl | None = None
             if total is not None and state.frames >= total:
                 return
     finally:
-        ctx.mode, ctx.plan, ctx.cache, ctx.write = None, None, None, False
+        ctx.mode, ctx.plan, ctx.cache, ctx.write, ctx.clock_base = None, None, None, False, 0
 
 
 def _forward(model, ctx, x: torch.Tensor, t: float, embeds: torch.Tensor) -> torch.Tensor:
@@ -220,13 +228,35 @@ def _generate_chunk(model, state: StreamState, ctx, spec: StreamSpec, steps: int
 
 
 def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Tensor, grid_hw) -> None:
-    """Rebuild the cache from the cached frames' clean latents under `prompt` (re-cache): the
-    frames are written again chunk by chunk, oldest first, as they were generated."""
+    """Rebuild the cache from the cached frames' clean latents under `prompt` (re-cache)."""
+    state.prompt, state.embeds = prompt, embeds
+    recache(model, state, ctx, grid_hw)
+    state.recaches += 1
+
+
+def rebase_clock(model, state: StreamState, ctx, next_frame: int, grid_hw) -> bool:
+    """Keep the clock that time-dependent conditioning sees (the built-in model's moving frames)
+    within what the model was trained on: once the next frame is `CLOCK_PERIOD` past the clock's
+    base, move the base to the oldest windowed frame (as RoPE positions are re-indexed) and
+    re-write the cache on the new clock, so cached frames and new chunks agree. Measured before
+    this (2-min stream, builtin-causal): the object faded out ~95 s in, at clock ~380."""
+    if model.condition is None or next_frame - ctx.clock_base < CLOCK_PERIOD:
+        return False
+    window = [f for f in state.cache.cached_frames() if f >= state.cache.sink]
+    ctx.clock_base = (min(window) if window else next_frame) - state.cache.sink
+    recache(model, state, ctx, grid_hw)
+    state.rebases += 1
+    return True
+
+
+def recache(model, state: StreamState, ctx, grid_hw) -> None:
+    """Re-write the cache from the cached frames' clean latents under `state.embeds` and the
+    current clock: chunk by chunk, oldest first, as they were generated."""
     cache = state.cache
     cached = cache.cached_frames()
     latents = {f: cache.latents[:, cache.slot_for(f)].clone() for f in cached}
     cache.clear()
-    state.prompt, state.embeds = prompt, embeds
+
     def chunk_of(f: int) -> int:
         return chunk_index(f, ctx.chunk_frames, ctx.first_chunk_frames)
 
@@ -239,7 +269,6 @@ def switch_prompt(model, state: StreamState, ctx, prompt: str, embeds: torch.Ten
     for group in groups:
         x = torch.stack([latents[f] for f in group], dim=1).unsqueeze(0).to(model.device)
         _write_pass(model, ctx, state, x, group, grid_hw)
-    state.recaches += 1
 
 
 def block_causal_forward(transformer, x: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor,
