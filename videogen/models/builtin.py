@@ -1,8 +1,8 @@
 """The built-in model: a small `WanTransformer3DModel` + `PixelCodec` + `VocabPromptEncoder`.
 
-It runs through exactly the same pipeline code as real Wan checkpoints (with two constant position
-channels concatenated to its input, the way Wan I2V concatenates conditioning channels: see
-`position_channels`). Sizes (64x64 at 16 fps):
+It runs through exactly the same pipeline code as real Wan checkpoints (with conditioning channels
+concatenated to its input, the way Wan I2V concatenates its own: constant position channels, see
+`position_channels`, and the caption's moving frames, see `MotionLayout`). Sizes (64x64 at 16 fps):
 the pixel codec folds 4x4x4 pixel blocks into 192 channels, the transformer patches 1x2x2, so one
 token covers 4 frames x 8x8 pixels; a 5 s segment (81 frames, 21 latent frames) is 21x8x8 = 1,344
 tokens, which a 2-core CPU denoises in seconds.
@@ -72,10 +72,6 @@ def position_channels(latents: torch.Tensor, frames: list[int] | None = None) ->
     grid = torch.stack([xs.view(1, 1, w).expand(f, h, w), ys.view(1, h, 1).expand(f, h, w),
                         ts.view(f, 1, 1).expand(f, h, w)])  # fmt: skip
     return grid.unsqueeze(0).expand(b, 3, f, h, w)
-
-
-def with_position(latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
-    return torch.cat([latents, position_channels(latents, frames)], dim=1)
 
 
 # The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
