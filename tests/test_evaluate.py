@@ -10,7 +10,7 @@ import sys
 import pytest
 
 KEYS = {"prompts", "adherence", "adherence_seen", "adherence_unseen", "colour_acc", "shape_acc", "motion_acc",
-        "background_acc", "temporal_consistency", "continuation_segments", "continuation_consistency"}  # fmt: skip
+        "background_acc", "temporal_consistency", "motion_smoothness", "continuation_segments", "continuation_consistency"}  # fmt: skip
 
 
 @pytest.mark.parametrize("model", ["builtin", "builtin-causal"])
@@ -30,4 +30,4 @@ def test_eval_with_only_continuations_still_prints_strict_json(builtin_model):
 
     result = evaluate_builtin(builtin_model, n_seen=0, n_unseen=0, n_continuation=0)
     json.dumps(result, allow_nan=False)  # NaN is not JSON: an empty prompt set must not produce one
-    assert result["prompts"] == 0 and result["temporal_consistency"] == 0.0
+    assert result["prompts"] == 0 and result["temporal_consistency"] == 0.0 and result["motion_smoothness"] == 0.0

@@ -76,3 +76,15 @@ def test_motion_in_latent_frame_steps_reads_as_its_direction_and_jitter_as_still
     assert classify_motion(Track("red", present, wobble, np.ones(t)), 64) == "still"
     up_wrapping = np.stack([np.full(t, 32.0), (10 - 0.75 * np.arange(t)) % 64], axis=1)
     assert classify_motion(Track("red", present, up_wrapping, np.ones(t)), 64) == "up"
+
+
+def test_motion_smoothness_is_1_for_the_scenes_and_0_for_latent_frame_steps():
+    from videogen.scenes import Scene, SceneObject, Track, motion_smoothness, track_colour
+
+    frames = render_scene(Scene((SceneObject("red", "circle", "right", 0.25, 0.5),), "black"), 80)
+    assert motion_smoothness(track_colour(frames, "red"), 64) > 0.9
+    t = 80
+    stepped = np.stack([20 + 3 * (np.arange(t) // 4), np.full(t, 32.0)], axis=1)
+    assert motion_smoothness(Track("red", np.ones(t, bool), stepped, np.ones(t)), 64) == 0.0
+    still = np.full((t, 2), 32.0)
+    assert motion_smoothness(Track("red", np.ones(t, bool), still, np.ones(t)), 64) is None

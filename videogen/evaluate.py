@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.scenes import Scene, classify_background, classify_motion, classify_shape, random_scene, track_colour
+from videogen.scenes import (Scene, classify_background, classify_motion, classify_shape, motion_smoothness, random_scene,
+                             track_colour)  # fmt: skip
 
 EVAL_SEED = 424242  # training draws scenes from seeds (seed * 1_000_003 + step); this range is disjoint in practice
 
@@ -39,6 +40,7 @@ class PromptScore:
     motion: bool
     background: bool
     presence: float  # fraction of frames in which each object is found (mean over objects)
+    smoothness: float | None = None  # `motion_smoothness` of the moving objects (mean); None: none moves
 
     @property
     def correct(self) -> bool:
@@ -58,7 +60,7 @@ def eval_prompts(n_seen: int = 16, n_unseen: int = 8) -> list[tuple[Scene, bool]
 def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> PromptScore:
     size = frames.shape[1]
     colour = shape = motion = True
-    presence = []
+    presence, smooth = [], []
     for obj in scene.objects:
         track = track_colour(frames, obj.colour)
         present = float(track.present.mean())
@@ -67,8 +69,11 @@ def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> Prom
         colour &= found
         shape &= found and classify_shape(float(np.nanmedian(track.fill))) == obj.shape
         motion &= found and classify_motion(track, size) == obj.motion
+        if found and obj.motion != "still" and (sm := motion_smoothness(track, size)) is not None:
+            smooth.append(sm)
     background = classify_background(frames, [o.colour for o in scene.objects]) == scene.background
-    return PromptScore(scene.caption(), unseen, colour, shape, motion, background, float(np.mean(presence)))
+    return PromptScore(scene.caption(), unseen, colour, shape, motion, background, float(np.mean(presence)),
+                       float(np.mean(smooth)) if smooth else None)  # fmt: skip
 
 
 def _streamed(model, prompt: str, seconds: float, seed: int, steps, guidance) -> np.ndarray:
@@ -150,6 +155,8 @@ def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuati
         "motion_acc": frac(lambda s: s.motion),
         "background_acc": frac(lambda s: s.background),
         "temporal_consistency": round(float(np.mean([s.presence for s in scores])), 4) if scores else 0.0,
+        # 1: motion spread evenly over frames (as in the scenes); 0: it all happens once per latent frame
+        "motion_smoothness": round(float(np.mean(sm)), 4) if (sm := [s.smoothness for s in scores if s.smoothness is not None]) else 0.0,
         "continuation_segments": cont_total,
         "continuation_consistency": round(cont_ok / max(1, cont_total), 4),
     }

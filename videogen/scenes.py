@@ -287,6 +287,25 @@ def classify_motion(track: Track, size: int, stride: int = 16) -> str:
     return "down" if dy > 0 else "up"
 
 
+def motion_smoothness(track: Track, size: int, group: int = 4) -> float | None:
+    """How evenly a moving object's motion is spread over frames, in [0, 1]: per run of `group`
+    consecutive frame steps (a latent frame's worth), the largest step's share of the run's path,
+    mapped so that an even spread (each step 1/`group`) is 1 and the whole run in one step (the
+    object moves once per latent frame, 4 Hz stutter at 16 fps) is 0; the mean over runs that
+    move at least half a pixel. None when no run moves."""
+    steps = np.diff(track.centroid, axis=0)
+    steps = np.linalg.norm((steps + size / 2) % size - size / 2, axis=1)  # NaN where the object is missing
+    shares = []
+    for i in range(0, len(steps) - group + 1, group):
+        run = steps[i : i + group]
+        if np.isfinite(run).all() and run.sum() >= 0.5:
+            shares.append(run.max() / run.sum())
+    if not shares:
+        return None
+    even = 1 / group
+    return float(np.clip((1 - np.mean(shares)) / (1 - even), 0.0, 1.0))
+
+
 def classify_background(frames: np.ndarray, objects: list[str]) -> str:
     sample = frames[:: max(1, len(frames) // 8)].reshape(-1, 3).astype(np.float32)
     keep = np.ones(len(sample), bool)
