@@ -264,6 +264,12 @@ def classify_shape(fill: float) -> str:
     return "triangle"
 
 
+def _unwrap(d: np.ndarray, size: int) -> np.ndarray:
+    """Displacements taken the short way round a frame that wraps (motion leaves one edge and
+    re-enters at the other): into [-size/2, size/2)."""
+    return (d + size / 2) % size - size / 2
+
+
 def classify_motion(track: Track, size: int, stride: int = 16) -> str:
     """The track's motion, from centroid displacements between frames `stride` apart (1 s at 16
     fps; per frame). Over a second a real motion (0.75 px/frame: 12 px) stands well clear of a
@@ -272,8 +278,7 @@ def classify_motion(track: Track, size: int, stride: int = 16) -> str:
     i = np.nonzero(track.present[:-stride] & track.present[stride:])[0]
     if len(i) < 4:
         return "unknown"
-    d = track.centroid[i + stride] - track.centroid[i]
-    steps = ((d + size / 2) % size - size / 2) / stride  # unwrapped across the frame edge
+    steps = _unwrap(track.centroid[i + stride] - track.centroid[i], size) / stride
     # Medians: robust to a few frames where another object occludes this one.
     typical = np.median(np.abs(steps), axis=0)  # (|dx|, |dy|) per frame
     scale = size / 64
@@ -293,8 +298,7 @@ def motion_smoothness(track: Track, size: int, group: int = 4) -> float | None:
     mapped so that an even spread (each step 1/`group`) is 1 and the whole run in one step (the
     object moves once per latent frame, 4 Hz stutter at 16 fps) is 0; the mean over runs that
     move at least half a pixel. None when no run moves."""
-    steps = np.diff(track.centroid, axis=0)
-    steps = np.linalg.norm((steps + size / 2) % size - size / 2, axis=1)  # NaN where the object is missing
+    steps = np.linalg.norm(_unwrap(np.diff(track.centroid, axis=0), size), axis=1)  # NaN where the object is missing
     shares = []
     for i in range(0, len(steps) - group + 1, group):
         run = steps[i : i + group]

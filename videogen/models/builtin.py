@@ -95,7 +95,8 @@ class MotionLayout(nn.Module):
     frames (x0, y0, vx, vy), and each token gets sin/cos of 2 harmonics of its phase in the mixed
     frames. In the right frame a moving object is still and always at the same phase, so drawing
     it is the same task at every time and place. The phases are periodic, as the scenes are (motion
-    wraps around), so they stay in range for a stream of any length: `absolute` frame indices go in.
+    wraps around), so any clock is numerically fine; the model, though, was trained on clocks up to
+    ~110 latent frames, so streams re-base theirs (`videogen.streaming.rebase_clock`).
     """
 
     def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS) -> None:

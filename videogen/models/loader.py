@@ -45,7 +45,7 @@ class VideoModel:
     condition: Callable[..., torch.Tensor] | None = None
 
     def transformer_input(self, latents: torch.Tensor, embeds: torch.Tensor, frames: list[int] | None = None,
-                          absolute: list[int] | None = None) -> torch.Tensor:  # fmt: skip
+                          absolute: list[float] | None = None) -> torch.Tensor:  # fmt: skip
         """`embeds`: the prompt embeddings of this call's batch; `frames`: the latent frames'
         positions (default 0..F-1; streaming: the cache window's); `absolute`: their indices in the
         video (default `frames`)."""
