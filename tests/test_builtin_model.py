@@ -3,10 +3,15 @@ the transformer (training, rendering and streaming all give it the same frames).
 
 from __future__ import annotations
 
+import pytest
 import torch
+from safetensors.torch import save_file
 
 from videogen.causal import install_causal, new_cache, plan_chunk
-from videogen.models.builtin import LAYOUT_CHANNELS, TRANSFORMER_CONFIG, build_fresh
+from videogen.models.builtin import (LAYOUT_CHANNELS, LAYOUT_GAIN, LAYOUT_HARMONICS, LAYOUT_SLOTS, LAYOUT_SUBFRAMES, TRANSFORMER_CONFIG,
+                                     MotionLayout, build_fresh, load_weights, position_channels)  # fmt: skip
+
+PER_SUBFRAME = len(LAYOUT_HARMONICS) * 4  # sin/cos of x and y per harmonic
 
 
 def _layout_moving_right(cells_per_frame: int, w: int = 8):
@@ -25,9 +30,26 @@ def test_in_its_frame_a_moving_object_stands_still():
     latents = torch.zeros(1, 192, 4, 8, 8)
     out = enc.layout(latents, enc.encode(["a red circle moving right on a black background"]))
     assert out.shape == (1, LAYOUT_CHANNELS, 4, 8, 8)
-    slot0 = out[:, :8]
+    slot0 = out[:, : LAYOUT_CHANNELS // LAYOUT_SLOTS]
     torch.testing.assert_close(slot0[:, :, 1:, :, 1:], slot0[:, :, :-1, :, :-1])
     assert not torch.allclose(slot0[:, :, 1:], slot0[:, :, :-1])  # it does move
+
+
+def test_each_video_frame_of_a_latent_frame_has_its_own_phase():
+    """A latent frame holds 4 video frames, the last at its index: moving 4 cells per latent frame,
+    sub-frame k+1 at column x+1 equals sub-frame k at column x, and the last sub-frame of latent
+    frame t equals the first of t+1 one column left, so the object moves every video frame."""
+    enc = _layout_moving_right(LAYOUT_SUBFRAMES, w=16)
+    latents = torch.zeros(1, 192, 3, 8, 16)
+    out = enc.layout(latents, enc.encode(["a red circle moving right on a black background"]))
+    sub = out[0, : LAYOUT_CHANNELS // LAYOUT_SLOTS].view(LAYOUT_SUBFRAMES, PER_SUBFRAME, 3, 8, 16)
+    for k in range(LAYOUT_SUBFRAMES - 1):
+        torch.testing.assert_close(sub[k + 1, ..., 1:], sub[k, ..., :-1])
+    torch.testing.assert_close(sub[0, :, 1:, :, 1:], sub[-1, :, :-1, :, :-1])
+    assert not torch.allclose(sub[1], sub[0])
+    # the last sub-frame is at the latent frame's own index: the frame's origin at t = 0 is x0
+    x = (torch.arange(16) + 0.5) / 16 - 0.25
+    torch.testing.assert_close(sub[-1, 0, 0, 0], LAYOUT_GAIN * torch.sin(2 * torch.pi * LAYOUT_HARMONICS[0] * x))
 
 
 def test_phases_are_periodic_so_any_absolute_frame_is_in_range():
@@ -74,3 +96,40 @@ def test_the_stream_plan_keeps_absolute_frames_while_positions_are_re_indexed():
     plan_chunk(ctx, transformer, [10, 11, 12], (4, 4))
     assert ctx.plan.frames == [10, 11, 12]
     assert ctx.plan.chunk_positions == [4, 5, 6]  # sink frame 0 at 0, the window (7..9) at 1..3, then this chunk
+
+
+def test_weights_from_the_first_layout_load_onto_the_same_phases(tmp_path):
+    """A weights file from the first `MotionLayout` (2 harmonics, one phase per latent frame: 211
+    input channels) loads with its layout weights on the same features today (the last sub-frame),
+    so its patch embedding sees exactly the input it was trained on."""
+    transformer, enc = build_fresh(0)
+    v1 = MotionLayout(harmonics=(1, 2), subframes=1)
+    v1.load_state_dict(enc.layout.state_dict())
+    with torch.no_grad():
+        v1.gate.weight.normal_()
+        enc.layout.load_state_dict(v1.state_dict())
+    old_weight = torch.randn(128, 192 + 3 + LAYOUT_SLOTS * 2 * 4, 1, 2, 2)
+    state = {f"transformer.{k}": v for k, v in transformer.state_dict().items()}
+    state["transformer.patch_embedding.weight"] = old_weight
+    state.update({f"text.{k}": v for k, v in enc.state_dict().items()})
+    save_file(state, str(tmp_path / "v1.safetensors"))
+    fresh, enc2 = build_fresh(1)
+    load_weights(fresh, enc2, tmp_path / "v1.safetensors")
+
+    latents = torch.randn(1, 192, 3, 8, 8)
+    embeds = enc2.encode(["a red circle moving right on a black background"])
+    old_input = torch.cat([latents, position_channels(latents, [4, 5, 6]), v1(latents, embeds, [4, 5, 6])], 1)
+    new_input = enc2.condition(latents, [4, 5, 6], embeds)
+    conv = torch.nn.functional.conv3d
+    torch.testing.assert_close(conv(new_input, fresh.patch_embedding.weight, stride=(1, 2, 2)),
+                               conv(old_input, old_weight, stride=(1, 2, 2)), atol=1e-4, rtol=1e-4)  # fmt: skip
+
+
+def test_weights_with_an_unknown_input_width_are_refused(tmp_path):
+    transformer, enc = build_fresh(0)
+    state = {f"transformer.{k}": v for k, v in transformer.state_dict().items()}
+    state["transformer.patch_embedding.weight"] = torch.zeros(128, 200, 1, 2, 2)
+    state.update({f"text.{k}": v for k, v in enc.state_dict().items()})
+    save_file(state, str(tmp_path / "odd.safetensors"))
+    with pytest.raises(RuntimeError, match="200 input channels"):
+        load_weights(*build_fresh(0), tmp_path / "odd.safetensors")

@@ -267,7 +267,7 @@ def cmd_eval(args) -> int:
 def _add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
     t.add_argument("what", choices=["builtin"])
-    t.add_argument("--steps", type=int, help="optimiser steps (default 12000)")
+    t.add_argument("--steps", type=int, help="optimiser steps (default 20000)")
     t.add_argument("--seed", type=int)
     t.add_argument("--lr", type=float)
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)

@@ -42,7 +42,7 @@ from videogen.scenes import canonical_start, random_scene, render_scene
 
 @dataclass
 class TrainConfig:
-    steps: int = 12000
+    steps: int = 20000
     # Clips of 5 and 9 latent frames (17 and 33 frames; 64 tokens per latent frame). The built-in
     # preset renders 2 s segments (9 latent frames) and chains them, so training never needs the
     # quadratic cost of long clips; 1,152 tokens per batch is ~1 s per step on 2 cores.

@@ -35,7 +35,13 @@ VOCAB = COLOURS + SHAPES + MOTIONS + GLUE
 
 TEXT_DIM = 64
 LAYOUT_SLOTS = 2  # objects a caption can name
-LAYOUT_CHANNELS = LAYOUT_SLOTS * 8  # per slot: sin/cos of 2 harmonics of its moving x and y phase
+# Octaves of the moving frames' phases: periods of 64, 32, 16 and 8 px at 64 px. The low ones say
+# where the object is; the high ones where its edges fall within a token (8x8 px), which a small
+# MLP cannot compute from smooth features alone (spectral bias; Tancik et al. 2020).
+LAYOUT_HARMONICS = (1, 2, 4, 8)
+LAYOUT_SUBFRAMES = 4  # a latent frame's 4 video frames, each with its own phase (no 4 Hz stutter)
+# per slot and sub-frame: sin/cos of each harmonic of the moving x and y phase
+LAYOUT_CHANNELS = LAYOUT_SLOTS * LAYOUT_SUBFRAMES * len(LAYOUT_HARMONICS) * 4
 TRANSFORMER_CONFIG = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=4,
@@ -92,15 +98,17 @@ class MotionLayout(nn.Module):
     learned after 6,000 (every motion word drew the same blob, wherever the seed's noise put it).
     This path makes that product explicit and learned: for each of `LAYOUT_SLOTS` objects, a
     learned query pools the caption's embeddings, a linear gate mixes `frames` learned moving
-    frames (x0, y0, vx, vy), and each token gets sin/cos of 2 harmonics of its phase in the mixed
-    frames. In the right frame a moving object is still and always at the same phase, so drawing
+    frames (x0, y0, vx, vy), and each token gets sin/cos of `LAYOUT_HARMONICS` of its phase in the
+    mixed frames at each of its latent frame's video frames. In the right frame a moving object is still and always at the same phase, so drawing
     it is the same task at every time and place. The phases are periodic, as the scenes are (motion
     wraps around), so any clock is numerically fine; the model, though, was trained on clocks up to
     ~110 latent frames, so streams re-base theirs (`videogen.streaming.rebase_clock`).
     """
 
-    def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS) -> None:
+    def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS, harmonics=LAYOUT_HARMONICS,
+                 subframes: int = LAYOUT_SUBFRAMES) -> None:  # fmt: skip
         super().__init__()
+        self.harmonics, self.subframes = tuple(harmonics), subframes
         self.queries = nn.Parameter(torch.randn(slots, dim) * 0.02)
         self.gate = nn.Linear(dim, len(_FRAME_INIT))
         nn.init.zeros_(self.gate.weight)
@@ -117,31 +125,44 @@ class MotionLayout(nn.Module):
         return torch.softmax(self.gate(pooled), dim=-1)
 
     def forward(self, latents: torch.Tensor, embeds: torch.Tensor, absolute=None) -> torch.Tensor:
-        """(B, LAYOUT_CHANNELS, F, h, w). `absolute`: the latent frames' indices in the video (a
-        list, or (B, F) per sample); default 0..F-1."""
+        """(B, LAYOUT_CHANNELS, F, h, w), ordered (slot, sub-frame, harmonic, sin x/cos x/sin y/cos y).
+        `absolute`: the latent frames' indices in the video (a list, or (B, F) per sample); default
+        0..F-1. A latent frame's index is the time of its last video frame (the codec's groups end
+        on frame 4i), so sub-frame k of latent frame t is at t - (3 - k) / 4. The first latent
+        frame of a clip repeats one frame; the position channels tell the model which that is."""
         b, _, f, h, w = latents.shape
         dev = latents.device
         t = torch.arange(f, device=dev) if absolute is None else torch.as_tensor(absolute, device=dev)
         t = t.expand(b, f) if t.dim() == 1 else t  # (B, F)
+        n = self.subframes
+        sub = torch.arange(n, device=dev, dtype=torch.float64) - (n - 1)  # -(n-1)..0, in 1/n latent frames
+        t = (t.double()[..., None] + sub / n).reshape(b, f * n)  # (B, F*n)
         xs = (torch.arange(w, device=dev, dtype=torch.float32) + 0.5) / w
         ys = (torch.arange(h, device=dev, dtype=torch.float32) + 0.5) / h
         x0, y0, vx, vy = self.frames.unbind(-1)  # (S, J)
 
-        def travelled(v):  # (B, S, J, F, 1): v * t in whole periods removed (float64: t may be huge)
-            d = v.double()[None, :, :, None] * t.double()[:, None, None, :]
+        def travelled(v):  # (B, S, J, F*n, 1): v * t in whole periods removed (float64: t may be huge)
+            d = v.double()[None, :, :, None] * t[:, None, None, :]
             return (d - d.detach().floor()).float()[..., None]
 
-        # phases (B, S, J, F, n): position minus the frame's origin at time t, on each axis
+        # phases (B, S, J, F*n, w|h): position minus the frame's origin at time t, on each axis
         px = xs.view(1, 1, 1, 1, w) - x0[None, :, :, None, None] - travelled(vx)
         py = ys.view(1, 1, 1, 1, h) - y0[None, :, :, None, None] - travelled(vy)
+        gates = self.gates(embeds).to(dev)
+
+        def mix(feat):  # the gates mix each frame's features (each depends on x or y only: mix, then expand)
+            return torch.einsum("bsj,bsjtn->bstn", gates, feat)
+
         feats = []
-        for m in (1, 2):
+        shape = (-1, -1, -1, h, w)
+        for m in self.harmonics:
             ax, ay = 2 * torch.pi * m * px, 2 * torch.pi * m * py
-            feats += [torch.sin(ax)[..., None, :].expand(-1, -1, -1, -1, h, w), torch.cos(ax)[..., None, :].expand(-1, -1, -1, -1, h, w),
-                      torch.sin(ay)[..., :, None].expand(-1, -1, -1, -1, h, w), torch.cos(ay)[..., :, None].expand(-1, -1, -1, -1, h, w)]
-        feats = torch.stack(feats, dim=3)  # (B, S, J, 8, F, h, w)
-        mixed = torch.einsum("bsj,bsjcfhw->bscfhw", self.gates(embeds).to(dev), feats)
-        return (LAYOUT_GAIN * mixed).reshape(b, -1, f, h, w).to(latents.dtype)
+            feats += [mix(torch.sin(ax))[..., None, :].expand(shape), mix(torch.cos(ax))[..., None, :].expand(shape),
+                      mix(torch.sin(ay))[..., :, None].expand(shape), mix(torch.cos(ay))[..., :, None].expand(shape)]
+        feats = torch.stack(feats, dim=2)  # (B, S, 4*H, F*n, h, w)
+        feats = feats.view(b, feats.shape[1], feats.shape[2], f, n, h, w).transpose(2, 4)  # (B, S, n, F, 4H, h, w)
+        feats = feats.transpose(3, 4).reshape(b, -1, f, h, w)  # (B, S*n*4H, F, h, w)
+        return (LAYOUT_GAIN * feats).to(latents.dtype)
 
 
 class BuiltinPromptEncoder(VocabPromptEncoder):
@@ -197,16 +218,43 @@ def load_weights(transformer, encoder, path) -> None:
 
     state = load_file(str(path))
     key, want = "transformer.patch_embedding.weight", transformer.patch_embedding.weight
-    if key in state and state[key].shape[1] < want.shape[1]:  # training from weights with fewer input channels
-        pad = torch.zeros(want.shape[0], want.shape[1] - state[key].shape[1], *want.shape[2:])
-        state[key] = torch.cat([state[key].float(), pad], dim=1)  # the new channels start with no effect
+    if key in state and state[key].shape[1] != want.shape[1]:
+        state[key] = _widen_input(state[key].float(), want.shape[1], path)
     transformer.load_state_dict({k[len("transformer.") :]: v.float() for k, v in state.items() if k.startswith("transformer.")})
     text = {k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")}
     missing, unexpected = encoder.load_state_dict(text, strict=False)
     if unexpected or any(not k.startswith("layout.") for k in missing):
         raise RuntimeError(f"{path}: text encoder keys do not match (missing {missing}, unexpected {unexpected})")
     # weights from before `MotionLayout` (missing layout.*) keep its initialisation: its channels
-    # meet zero input weights (padded above), so they start with no effect
+    # meet zero input weights (`_widen_input`), so they start with no effect
+
+
+# Input layouts of earlier weights: pixels + position channels (before `MotionLayout`), and the
+# first `MotionLayout` (2 harmonics at one time per latent frame, 16 channels).
+_BASE_CHANNELS = 192 + 3
+_V1_LAYOUT = dict(harmonics=(1, 2), subframes=1)
+
+
+def _widen_input(weight: torch.Tensor, channels: int, path) -> torch.Tensor:
+    """An earlier weights file's patch embedding (out, C_old, ...) on today's `channels` inputs:
+    channels it did not have meet zero weights (they start with no effect); the first layout's
+    channels move to the same phase today (its one time per latent frame is today's last
+    sub-frame, harmonics 1 and 2)."""
+    old = weight.shape[1]
+    out = weight.new_zeros(weight.shape[0], channels, *weight.shape[2:])
+    out[:, :_BASE_CHANNELS] = weight[:, :_BASE_CHANNELS]
+    v1 = LAYOUT_SLOTS * len(_V1_LAYOUT["harmonics"]) * 4
+    if old == _BASE_CHANNELS + v1 and channels == _BASE_CHANNELS + LAYOUT_CHANNELS:
+        per_sub = len(LAYOUT_HARMONICS) * 4
+        for slot in range(LAYOUT_SLOTS):
+            for i, m in enumerate(_V1_LAYOUT["harmonics"]):
+                src = _BASE_CHANNELS + slot * v1 // LAYOUT_SLOTS + i * 4
+                dst = _BASE_CHANNELS + slot * LAYOUT_SUBFRAMES * per_sub + (LAYOUT_SUBFRAMES - 1) * per_sub + LAYOUT_HARMONICS.index(m) * 4
+                out[:, dst : dst + 4] = weight[:, src : src + 4]
+    elif old != _BASE_CHANNELS:
+        raise RuntimeError(f"{path}: the transformer takes {old} input channels; this version's built-in model takes "
+                           f"{channels} ({_BASE_CHANNELS} without the caption layout, {_BASE_CHANNELS + v1} with its first version)")  # fmt: skip
+    return out
 
 
 def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
