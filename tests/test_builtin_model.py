@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from videogen.causal import install_causal, new_cache, plan_chunk
 from videogen.models.builtin import (LAYOUT_CHANNELS, LAYOUT_GAIN, LAYOUT_HARMONICS, LAYOUT_SLOTS, LAYOUT_SUBFRAMES, TRANSFORMER_CONFIG,
                                      MotionLayout, build_fresh, load_weights, position_channels)  # fmt: skip
+from videogen.train import _named_state, export_weights
 
 PER_SUBFRAME = len(LAYOUT_HARMONICS) * 4  # sin/cos of x and y per harmonic
 
@@ -98,6 +98,13 @@ def test_the_stream_plan_keeps_absolute_frames_while_positions_are_re_indexed():
     assert ctx.plan.chunk_positions == [4, 5, 6]  # sink frame 0 at 0, the window (7..9) at 1..3, then this chunk
 
 
+def _save_weights(transformer, encoder, patch_embedding, path) -> None:
+    """A built-in weights file, written as training writes one, with this patch embedding."""
+    state = _named_state(transformer, encoder)
+    state["transformer.patch_embedding.weight"] = patch_embedding
+    export_weights(state, path)
+
+
 def test_weights_from_the_first_layout_load_onto_the_same_phases(tmp_path):
     """A weights file from the first `MotionLayout` (2 harmonics, one phase per latent frame: 211
     input channels) loads with its layout weights on the same features today (the last sub-frame),
@@ -109,10 +116,7 @@ def test_weights_from_the_first_layout_load_onto_the_same_phases(tmp_path):
         v1.gate.weight.normal_()
         enc.layout.load_state_dict(v1.state_dict())
     old_weight = torch.randn(128, 192 + 3 + LAYOUT_SLOTS * 2 * 4, 1, 2, 2)
-    state = {f"transformer.{k}": v for k, v in transformer.state_dict().items()}
-    state["transformer.patch_embedding.weight"] = old_weight
-    state.update({f"text.{k}": v for k, v in enc.state_dict().items()})
-    save_file(state, str(tmp_path / "v1.safetensors"))
+    _save_weights(transformer, enc, old_weight, tmp_path / "v1.safetensors")
     fresh, enc2 = build_fresh(1)
     load_weights(fresh, enc2, tmp_path / "v1.safetensors")
 
@@ -126,10 +130,6 @@ def test_weights_from_the_first_layout_load_onto_the_same_phases(tmp_path):
 
 
 def test_weights_with_an_unknown_input_width_are_refused(tmp_path):
-    transformer, enc = build_fresh(0)
-    state = {f"transformer.{k}": v for k, v in transformer.state_dict().items()}
-    state["transformer.patch_embedding.weight"] = torch.zeros(128, 200, 1, 2, 2)
-    state.update({f"text.{k}": v for k, v in enc.state_dict().items()})
-    save_file(state, str(tmp_path / "odd.safetensors"))
+    _save_weights(*build_fresh(0), torch.zeros(128, 200, 1, 2, 2), tmp_path / "odd.safetensors")
     with pytest.raises(RuntimeError, match="200 input channels"):
         load_weights(*build_fresh(0), tmp_path / "odd.safetensors")

@@ -1,8 +1,8 @@
 """The shipped built-in weights draw what the prompt says (as far as they have been trained): the
 named background for every prompt, the named object colour in most frames, its shape, moving the
 named way (read by the evaluator's detector). Squares are the weak shape (their ragged edges read at
-fill ~0.85, under the detector's 0.9), so shape is checked on 3 of the 4 prompts. With untrained (random) weights every one of these fails;
-`videogen eval builtin` has the full figures."""
+fill ~0.85, under the detector's 0.9), so shape is checked on 3 of the 4 prompts. With untrained
+(random) weights every one of these fails; `videogen eval builtin` has the full figures."""
 
 from __future__ import annotations
 

@@ -99,10 +99,11 @@ class MotionLayout(nn.Module):
     This path makes that product explicit and learned: for each of `LAYOUT_SLOTS` objects, a
     learned query pools the caption's embeddings, a linear gate mixes `frames` learned moving
     frames (x0, y0, vx, vy), and each token gets sin/cos of `LAYOUT_HARMONICS` of its phase in the
-    mixed frames at each of its latent frame's video frames. In the right frame a moving object is still and always at the same phase, so drawing
-    it is the same task at every time and place. The phases are periodic, as the scenes are (motion
-    wraps around), so any clock is numerically fine; the model, though, was trained on clocks up to
-    ~110 latent frames, so streams re-base theirs (`videogen.streaming.rebase_clock`).
+    mixed frames at each of its latent frame's video frames. In the right frame a moving object is
+    still and always at the same phase, so drawing it is the same task at every time and place.
+    The phases are periodic, as the scenes are (motion wraps around), so any clock is numerically
+    fine; the model, though, was trained on clocks up to ~110 latent frames, so streams re-base
+    theirs (`videogen.streaming.rebase_clock`).
     """
 
     def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS, harmonics=LAYOUT_HARMONICS,
@@ -159,9 +160,9 @@ class MotionLayout(nn.Module):
             ax, ay = 2 * torch.pi * m * px, 2 * torch.pi * m * py
             feats += [mix(torch.sin(ax))[..., None, :].expand(shape), mix(torch.cos(ax))[..., None, :].expand(shape),
                       mix(torch.sin(ay))[..., :, None].expand(shape), mix(torch.cos(ay))[..., :, None].expand(shape)]
-        feats = torch.stack(feats, dim=2)  # (B, S, 4*H, F*n, h, w)
-        feats = feats.view(b, feats.shape[1], feats.shape[2], f, n, h, w).transpose(2, 4)  # (B, S, n, F, 4H, h, w)
-        feats = feats.transpose(3, 4).reshape(b, -1, f, h, w)  # (B, S*n*4H, F, h, w)
+        feats = torch.stack(feats, dim=2)  # (B, S, 4H, F*n, h, w)
+        feats = feats.unflatten(3, (f, n)).permute(0, 1, 4, 2, 3, 5, 6)  # (B, S, n, 4H, F, h, w)
+        feats = feats.reshape(b, -1, f, h, w)  # (B, S*n*4H, F, h, w)
         return (LAYOUT_GAIN * feats).to(latents.dtype)
 
 
@@ -232,7 +233,7 @@ def load_weights(transformer, encoder, path) -> None:
 # Input layouts of earlier weights: pixels + position channels (before `MotionLayout`), and the
 # first `MotionLayout` (2 harmonics at one time per latent frame, 16 channels).
 _BASE_CHANNELS = 192 + 3
-_V1_LAYOUT = dict(harmonics=(1, 2), subframes=1)
+_V1_HARMONICS = (1, 2)
 
 
 def _widen_input(weight: torch.Tensor, channels: int, path) -> torch.Tensor:
@@ -243,11 +244,11 @@ def _widen_input(weight: torch.Tensor, channels: int, path) -> torch.Tensor:
     old = weight.shape[1]
     out = weight.new_zeros(weight.shape[0], channels, *weight.shape[2:])
     out[:, :_BASE_CHANNELS] = weight[:, :_BASE_CHANNELS]
-    v1 = LAYOUT_SLOTS * len(_V1_LAYOUT["harmonics"]) * 4
+    v1 = LAYOUT_SLOTS * len(_V1_HARMONICS) * 4
     if old == _BASE_CHANNELS + v1 and channels == _BASE_CHANNELS + LAYOUT_CHANNELS:
         per_sub = len(LAYOUT_HARMONICS) * 4
         for slot in range(LAYOUT_SLOTS):
-            for i, m in enumerate(_V1_LAYOUT["harmonics"]):
+            for i, m in enumerate(_V1_HARMONICS):
                 src = _BASE_CHANNELS + slot * v1 // LAYOUT_SLOTS + i * 4
                 dst = _BASE_CHANNELS + slot * LAYOUT_SUBFRAMES * per_sub + (LAYOUT_SUBFRAMES - 1) * per_sub + LAYOUT_HARMONICS.index(m) * 4
                 out[:, dst : dst + 4] = weight[:, src : src + 4]
