@@ -95,3 +95,21 @@ def test_incomplete_model_folder_is_named(tmp_path, tiny_wan21):
 def test_unwritable_output_is_rejected(tmp_path):
     r = videogen("render", "x", "-o", str(tmp_path / "missing-dir" / "o.mp4"))
     assert r.returncode == 2 and "--output" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--steps", "0"], "--steps=0"),
+        (["--minutes", "0"], "--minutes=0.0"),
+        (["--minutes", "30", "--steps", "100"], "not both"),
+        (["--init", "/no/such/weights.safetensors"], "/no/such/weights.safetensors"),
+    ],
+)
+def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):
+    from videogen.cli import main
+
+    assert main(["train", "builtin", *args, "--workdir", str(tmp_path / "w"), "--output", str(tmp_path / "o.safetensors")]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("videogen: error:") and message in lines[0], lines
+    assert not list(tmp_path.iterdir())

@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from videogen.models.codec import PixelCodec
-from videogen.train import TrainConfig, make_batch, train_builtin
+from videogen.train import TrainConfig, _budget_steps, make_batch, train_builtin
 
 TINY = dict(latent_frames=(5,), batch_tokens=320, warmup=2, checkpoint_every=2, lr=1e-3)
 
@@ -38,6 +38,39 @@ def _check_resume(tmp_path):
     assert wa.keys() == wb.keys() and any(k.startswith("text.") for k in wa)
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
+
+
+def test_a_time_budget_sets_the_steps_that_fit_in_what_is_left():
+    cfg = TrainConfig(minutes=1.0, warmup=50)
+    assert _budget_steps(cfg, 50, rate=2.0, elapsed=25.0) == 50 + 70  # 35 s left at 2 steps/s
+    assert _budget_steps(cfg, 50, rate=2.0, elapsed=90.0) == 51  # over budget: just past the warm-up
+
+
+@pytest.mark.slow
+def test_a_time_budgeted_run_is_the_fixed_step_run_it_logs(tmp_path):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        logs = []
+        budget = dict(TINY, warmup=4, checkpoint_every=1000)
+        out = train_builtin(TrainConfig(minutes=0.04, **budget), tmp_path / "t", output=tmp_path / "t.safetensors",
+                            log=logs.append)  # fmt: skip
+        line = next(m for m in logs if m.startswith("time budget"))
+        steps = int(line.split("--steps ")[1].rstrip(")"))
+        assert steps > 4, line
+        fixed = train_builtin(TrainConfig(steps=steps, **budget), tmp_path / "f", output=tmp_path / "f.safetensors",
+                              log=lambda m: None)  # fmt: skip
+        wa, wb = load_file(str(out)), load_file(str(fixed))
+        for k in wa:
+            torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
+        # resuming the finished budgeted run keeps its step count: nothing more to do
+        again = []
+        train_builtin(TrainConfig(minutes=0.04, **budget), tmp_path / "t", output=tmp_path / "t2.safetensors", log=again.append)
+        assert not any(m.startswith(("time budget", "step ")) for m in again), again
+        for k, v in load_file(str(tmp_path / "t2.safetensors")).items():
+            torch.testing.assert_close(v, wa[k], rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_causal_batches_have_whole_chunks_with_one_noise_level_each():

@@ -235,6 +235,10 @@ def cmd_train(args) -> int:
         raise InvalidOption("WHAT", args.what, "only 'builtin' can be trained")
     if args.steps is not None and args.steps < 1:
         raise InvalidOption("--steps", args.steps, "must be >= 1")
+    if args.minutes is not None and not args.minutes > 0:
+        raise InvalidOption("--minutes", args.minutes, "must be > 0")
+    if args.minutes is not None and args.steps is not None:
+        raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
     cfg = TrainConfig(**overrides)
     if cfg.init and not Path(cfg.init).is_file():
@@ -268,6 +272,8 @@ def _add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
     t.add_argument("what", choices=["builtin"])
     t.add_argument("--steps", type=int, help="optimiser steps (default 20000)")
+    t.add_argument("--minutes", type=float, help="instead of --steps: as many steps as fit in about this much wall "
+                   "time on this machine (set from the speed of the first 50; logged, to rerun with --steps)")
     t.add_argument("--seed", type=int)
     t.add_argument("--lr", type=float)
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)

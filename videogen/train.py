@@ -18,7 +18,9 @@ so one model generates from scratch and continues from a clean prefix (the chain
 handoff). 10% of captions are dropped (empty prompt) so classifier-free guidance works.
 
 Every batch is a pure function of (seed, step): a resumed run sees exactly the data the
-uninterrupted run would. Checkpoints (model, EMA, optimiser, step) are written atomically every
+uninterrupted run would. `minutes` fits a run into a wall-time budget on whatever CPU it meets:
+the step count is set from the speed of the first steps, which are still warm-up (whose learning
+rate does not depend on the step count), so the run is exactly `--steps N` for the N it logs. Checkpoints (model, EMA, optimiser, step) are written atomically every
 `checkpoint_every` steps; the shipped weights are the EMA weights.
 """
 
@@ -71,6 +73,11 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 250
     size: int = 64
+    # > 0: ignore `steps` and run as many as fit in about this many minutes (see `_budget_steps`)
+    minutes: float = 0.0
+
+
+BUDGET_PROBE = 50  # steps timed to set a time-budgeted run's step count (at most `warmup`)
 
 
 def _shifted(u: torch.Tensor, shift: float) -> torch.Tensor:
@@ -180,11 +187,18 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     return (err2 * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
 
 
-def _lr(cfg: TrainConfig, step: int) -> float:
+def _lr(cfg: TrainConfig, step: int, total: int | None = None) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    total = cfg.steps if total is None else total
+    progress = (step - cfg.warmup) / max(1, total - cfg.warmup)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _budget_steps(cfg: TrainConfig, step: int, rate: float, elapsed: float) -> int:
+    """A time-budgeted run's step count, at `step` after `elapsed` seconds at `rate` steps/s: what
+    fits in the rest of `cfg.minutes` (at least one step past the warm-up)."""
+    return max(step, cfg.warmup + 1, step + int(rate * (cfg.minutes * 60 - elapsed)))
 
 
 def train_builtin(
@@ -205,6 +219,9 @@ def train_builtin(
     params = [p for m in (transformer, encoder) for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     start = 0
+    # A time-budgeted run's step count is unknown until some steps are timed; they are warm-up steps,
+    # whose learning rate does not depend on it (a checkpoint from before that holds no count).
+    total = None if cfg.minutes > 0 else cfg.steps
     ckpt = workdir / "checkpoint.pt"
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
@@ -215,15 +232,22 @@ def train_builtin(
         opt.load_state_dict(state["optimizer"])
         ema = state["ema"]
         start = state["step"]
+        total = state.get("total_steps", total) if cfg.minutes > 0 else total
         log(f"resumed from step {start}")
     codec = PixelCodec(4, 4)
     transformer.train()
     encoder.train()
     t0, losses = time.perf_counter(), []
-    for step in range(start, cfg.steps):
+    began, step = t0, start
+    probe = max(1, min(BUDGET_PROBE, cfg.warmup - start))
+    while total is None or step < total:
+        if total is None and step - start == probe:
+            elapsed = time.perf_counter() - began
+            total = _budget_steps(cfg, step, probe / elapsed, elapsed)
+            log(f"time budget {cfg.minutes:g} min: {total} steps at {probe / elapsed:.2f} steps/s (the same run: --steps {total})")
         latents, sigmas, noise, captions, frames = make_batch(cfg, step, codec)
         for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step)
+            group["lr"] = _lr(cfg, step, total)
         loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk, cfg.v_floor, frames)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -236,12 +260,13 @@ def train_builtin(
         losses.append(loss.item())
         if (step + 1) % 50 == 0:
             rate = 50 / (time.perf_counter() - t0)
-            log(f"step {step + 1}/{cfg.steps} loss {np.mean(losses):.4f} lr {_lr(cfg, step):.2e} {rate:.2f} steps/s")
+            log(f"step {step + 1}/{total or '?'} loss {np.mean(losses):.4f} lr {_lr(cfg, step, total):.2e} {rate:.2f} steps/s")
             t0, losses = time.perf_counter(), []
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        step += 1
+        if step % cfg.checkpoint_every == 0 or step == total:
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"transformer": transformer.state_dict(), "text": encoder.state_dict(), "ema": ema,
-                        "optimizer": opt.state_dict(), "step": step + 1, "config": asdict(cfg)}, tmp)  # fmt: skip
+                        "optimizer": opt.state_dict(), "step": step, "total_steps": total, "config": asdict(cfg)}, tmp)  # fmt: skip
             os.replace(tmp, ckpt)
     return export_weights(ema, output)
 
