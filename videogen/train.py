@@ -20,7 +20,8 @@ handoff). 10% of captions are dropped (empty prompt) so classifier-free guidance
 Every batch is a pure function of (seed, step): a resumed run sees exactly the data the
 uninterrupted run would. `minutes` fits a run into a wall-time budget on whatever CPU it meets:
 the step count is set from the speed of the first steps, which are still warm-up (whose learning
-rate does not depend on the step count), so the run is exactly `--steps N` for the N it logs. Checkpoints (model, EMA, optimiser, step) are written atomically every
+rate does not depend on the step count), so the run is exactly `--steps N` for the N it logs.
+Checkpoints (model, EMA, optimiser, step, step count) are written atomically every
 `checkpoint_every` steps; the shipped weights are the EMA weights.
 """
 
@@ -47,7 +48,7 @@ class TrainConfig:
     steps: int = 20000
     # Clips of 5 and 9 latent frames (17 and 33 frames; 64 tokens per latent frame). The built-in
     # preset renders 2 s segments (9 latent frames) and chains them, so training never needs the
-    # quadratic cost of long clips; 2,048 tokens per batch is ~0.18 s per step on 2 cores.
+    # quadratic cost of long clips; 2,048 tokens per batch is ~0.2-0.5 s per step on 2 cores (by CPU).
     batch_tokens: int = 2048
     # Clip lengths in latent frames, drawn uniformly per batch. 1 = a still image (as Wan trains on
     # images too): 32 scenes per batch teach shapes and colours fast; 9 = the preset's segment.
