@@ -29,7 +29,7 @@ def _check(frames_by_prompt, min_found: int, min_moving: int, min_shape: int):
         track = track_colour(frames, obj.colour)
         found += track.present.mean() >= 0.5
         moving += classify_motion(track, frames.shape[1]) == obj.motion
-        shaped += track.present.any() and classify_shape(float(np.nanmedian(track.fill))) == obj.shape
+        shaped += track.present.any() and classify_shape(track) == obj.shape
     n = len(frames_by_prompt)
     assert found >= min_found, f"the object's colour was found in only {found} of {n} videos"
     assert moving >= min_moving, f"the object moved as prompted in only {moving} of {n} videos"

@@ -5,7 +5,7 @@ of colour and shape seen in training, and the `HELD_OUT` pairs never shown. Each
 rendered through the normal `render()` path and scored with `videogen.scenes`' detector:
 
     colour      the named colour is found (>= 50% of frames)
-    shape       median fill ratio of the colour's blob -> circle / square / triangle
+    shape       the blob's median radial profile -> the nearest of circle / square / triangle
     motion      centroid track -> left / right / up / down / bouncing / still
     background  median of the non-object pixels -> nearest background colour
     adherence   fraction of prompts right in every respect
@@ -67,7 +67,7 @@ def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> Prom
         presence.append(present)
         found = present >= 0.5
         colour &= found
-        shape &= found and classify_shape(float(np.nanmedian(track.fill))) == obj.shape
+        shape &= found and classify_shape(track) == obj.shape
         motion &= found and classify_motion(track, size) == obj.motion
         if found and obj.motion != "still" and (sm := motion_smoothness(track, size)) is not None:
             smooth.append(sm)
