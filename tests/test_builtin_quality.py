@@ -1,8 +1,8 @@
 """The shipped built-in weights draw what the prompt says (as far as they have been trained): the
 named background for every prompt, the named object colour in most frames, its shape, moving the
-named way (read by the evaluator's detector). Squares are the weak shape (their ragged edges read at
-fill ~0.85, under the detector's 0.9), so shape is checked on 3 of the 4 prompts. With untrained
-(random) weights every one of these fails; `videogen eval builtin` has the full figures."""
+named way (read by the evaluator's detector), its shape in every video (measured: the nearest
+generator shape by radial profile, 0.13-0.73 nearer than the runner-up for both models). With
+untrained (random) weights every one of these fails; `videogen eval builtin` has the full figures."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_builtin_model_renders_the_prompted_background_and_object(builtin_mo
         for _ in render(RenderSpec.single(prompt, 3.0, seed=i), tmp_path / "v.mp4", model=builtin_model, thumbnail=False):
             pass
         out.append((prompt, VideoReader(tmp_path / "v.mp4").read_all()))
-    _check(out, min_found=4, min_moving=3, min_shape=3)
+    _check(out, min_found=4, min_moving=3, min_shape=4)
 
 
 @pytest.mark.skipif(not is_trained("builtin-causal", "builtin_causal.safetensors"), reason="no trained causal weights")
@@ -60,4 +60,4 @@ def test_the_causal_model_streams_the_prompted_background_and_object():
     for i, prompt in enumerate(PROMPTS):
         frames = np.concatenate([c.frames for c in stream(StreamSpec(prompt, seconds=3.0, seed=i), model)])
         out.append((prompt, frames))
-    _check(out, min_found=4, min_moving=3, min_shape=3)
+    _check(out, min_found=4, min_moving=3, min_shape=4)

@@ -42,7 +42,7 @@ def test_the_detector_reads_ground_truth_scenes_correctly():
 
 def _ragged(frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Ragged edges, as a narrow model draws them: each pixel on a colour boundary is replaced, with
-    probability 1/2, by a random one of its 8 neighbours (pixels inside flat areas are untouched)."""
+    probability 1/2, by a random pixel of its 3x3 neighbourhood (flat areas are untouched)."""
     out = frames.copy()
     t, h, w, _ = frames.shape
     for i in range(t):
