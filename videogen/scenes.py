@@ -249,9 +249,7 @@ def track_colour(frames: np.ndarray, colour: str, min_pixels: int = 12) -> Track
         cy = (np.arctan2(np.sin(ang_y).mean(), np.cos(ang_y).mean()) % (2 * np.pi)) / (2 * np.pi) * size
         centroid[i] = cx, cy
         # Offsets from the centroid the short way round (a wrapping blob stays whole).
-        dx = (xs - cx + size / 2) % size - size / 2
-        dy = (ys - cy + size / 2) % size - size / 2
-        profile[i] = radial_profile(dx, dy)
+        profile[i] = radial_profile(_unwrap(xs - cx, size), _unwrap(ys - cy, size))
     return Track(colour, present, centroid, profile)
 
 
@@ -264,8 +262,8 @@ def radial_profile(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
     swayed by one stray pixel or notch), divided by the mean over the sectors (size-free). An
     axis-aligned square reaches 1.1x its mean towards its corners and 0.9x towards its sides, a
     circle 1.0x everywhere, the upward triangle 1.35x at its apex and base corners; the three
-    generator shapes lie >= 0.41 apart (L2), while ragged edges (every boundary pixel swapped
-    with a neighbour at random) move a profile ~0.05-0.1."""
+    generator shapes lie >= 0.41 apart (L2), while ragged edges (each boundary pixel replaced,
+    with probability 1/2, by a random pixel of its 3x3 neighbourhood) move a profile ~0.05-0.1."""
     sector = (((np.arctan2(dy, dx) + np.pi) / (2 * np.pi) * PROFILE_BINS).astype(int)) % PROFILE_BINS
     dist = np.hypot(dx, dy)
     reach = np.array([np.percentile(dist[sector == k], 90) if (sector == k).any() else 0.0 for k in range(PROFILE_BINS)])
