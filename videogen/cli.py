@@ -280,6 +280,8 @@ def _add_train_parser(sub) -> None:
     t.add_argument("--loss", choices=["hybrid", "v", "x0"])
     t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
                    help="train the block-causal (streaming) variant with chunks of this many latent frames")
+    t.add_argument("--no-compile", dest="compile", action="store_false", default=None,
+                   help="train without torch.compile (it needs a C compiler; it falls back by itself where it fails)")
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
     t.add_argument("--output", help="weights file (default: the package's builtin.safetensors, "
