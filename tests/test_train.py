@@ -73,6 +73,18 @@ def test_a_time_budgeted_run_is_the_fixed_step_run_it_logs(tmp_path):
         torch.set_num_threads(threads)
 
 
+def test_snapshots_keep_the_ema_weights_along_the_run(tmp_path):
+    """One run, its EMA weights every N steps (to evaluate adherence against steps): the last
+    snapshot is the exported weights, the earlier ones differ from them."""
+    out = train_builtin(TrainConfig(steps=4, snapshot_every=2, **TINY), tmp_path / "w", output=tmp_path / "o.safetensors",
+                        log=lambda m: None)  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "w").glob("ema-*")) == ["ema-000002.safetensors", "ema-000004.safetensors"]
+    final, last, early = (load_file(str(p)) for p in (out, tmp_path / "w" / "ema-000004.safetensors",
+                                                       tmp_path / "w" / "ema-000002.safetensors"))  # fmt: skip
+    assert all(torch.equal(final[k], last[k]) for k in final)
+    assert any(not torch.equal(final[k], early[k]) for k in final)
+
+
 def test_training_falls_back_to_eager_where_compile_cannot_build(tmp_path, monkeypatch):
     """A machine without a C compiler fails at the first compiled call: the step reruns eagerly
     and the run is exactly the eager run."""

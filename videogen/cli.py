@@ -237,6 +237,8 @@ def cmd_train(args) -> int:
         raise InvalidOption("--steps", args.steps, "must be >= 1")
     if args.minutes is not None and not args.minutes > 0:
         raise InvalidOption("--minutes", args.minutes, "must be > 0")
+    if args.snapshot_every is not None and args.snapshot_every < 1:
+        raise InvalidOption("--snapshot-every", args.snapshot_every, "must be >= 1")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
@@ -280,6 +282,8 @@ def _add_train_parser(sub) -> None:
     t.add_argument("--loss", choices=["hybrid", "v", "x0"])
     t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
                    help="train the block-causal (streaming) variant with chunks of this many latent frames")
+    t.add_argument("--snapshot-every", dest="snapshot_every", type=int,
+                   help="also keep the EMA weights every N steps in the workdir (ema-STEP.safetensors), to eval each")
     t.add_argument("--no-compile", dest="compile", action="store_false", default=None,
                    help="train without torch.compile (it needs a C compiler; it falls back by itself where it fails)")
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")

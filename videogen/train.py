@@ -74,6 +74,9 @@ class TrainConfig:
     shift: float = 3.0
     seed: int = 0
     checkpoint_every: int = 250
+    # > 0: also keep the EMA weights every this many steps (`workdir/ema-STEP.safetensors`), so one
+    # run gives its adherence-vs-steps curve (`VIDEOGEN_BUILTIN_WEIGHTS=... videogen eval builtin`)
+    snapshot_every: int = 0
     size: int = 64
     # > 0: ignore `steps` and run as many as fit in about this many minutes (see `_budget_steps`)
     minutes: float = 0.0
@@ -292,6 +295,8 @@ def train_builtin(
             torch.save({"transformer": transformer.state_dict(), "text": encoder.state_dict(), "ema": ema,
                         "optimizer": opt.state_dict(), "step": step, "total_steps": total, "config": asdict(cfg)}, tmp)  # fmt: skip
             os.replace(tmp, ckpt)
+        if cfg.snapshot_every and step % cfg.snapshot_every == 0:
+            export_weights(ema, workdir / f"ema-{step:06d}.safetensors")
     return export_weights(ema, output)
 
 
