@@ -43,7 +43,7 @@ def main() -> None:
         result = {"latent_frames": frames, "batch": int(batches[0][0].shape[0])}
         for name, model in (("eager", transformer), ("compiled", compiled)):
             times = []
-            for i, batch in enumerate(batches):
+            for batch in batches:
                 t = time.perf_counter()
                 _backward(model, encoder, opt, batch, one)
                 opt.step()

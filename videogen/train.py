@@ -263,10 +263,9 @@ def train_builtin(
             total = _budget_steps(cfg, step, rate, elapsed)
             log(f"time budget {cfg.minutes:g} min: {total} steps at {rate:.2f} steps/s (the same run: --steps {total})")
         t_step = time.perf_counter()
-        latents, sigmas, noise, captions, frames = make_batch(cfg, step, codec)
+        batch = make_batch(cfg, step, codec)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step, total)
-        batch = (latents, sigmas, noise, captions, frames)
         try:
             loss = _backward(forward, encoder, opt, batch, cfg)
         except Exception as exc:  # a compiler that cannot build here; the eager rerun raises real errors
@@ -277,9 +276,10 @@ def train_builtin(
             loss = _backward(forward, encoder, opt, batch, cfg)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if tuple(latents.shape) in shapes:
+        shape = tuple(batch[0].shape)  # the latents' shape: one compiled graph each
+        if shape in shapes:
             timed, timed_s = timed + 1, timed_s + time.perf_counter() - t_step
-        shapes.add(tuple(latents.shape))
+        shapes.add(shape)
         with torch.no_grad():
             decay = min(cfg.ema, (1 + step) / (10 + step))
             for k, v in _named_state(transformer, encoder).items():
