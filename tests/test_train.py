@@ -4,6 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from videogen.errors import InvalidOption
 from videogen.models.codec import PixelCodec
 from videogen.train import TrainConfig, _budget_steps, make_batch, train_builtin
 
@@ -20,24 +21,33 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path):
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, optimizer):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # identical summation order in both runs
     try:
-        _check_resume(tmp_path)
+        _check_resume(tmp_path, dict(TINY, optimizer=optimizer))
     finally:
         torch.set_num_threads(threads)
 
 
-def _check_resume(tmp_path):
-    full = train_builtin(TrainConfig(steps=4, **TINY), tmp_path / "a", output=tmp_path / "a.safetensors", log=lambda m: None)
-    train_builtin(TrainConfig(steps=2, **TINY), tmp_path / "b", output=tmp_path / "b2.safetensors", log=lambda m: None)
-    resumed = train_builtin(TrainConfig(steps=4, **TINY), tmp_path / "b", output=tmp_path / "b.safetensors",
+def _check_resume(tmp_path, tiny):
+    full = train_builtin(TrainConfig(steps=4, **tiny), tmp_path / "a", output=tmp_path / "a.safetensors", log=lambda m: None)
+    train_builtin(TrainConfig(steps=2, **tiny), tmp_path / "b", output=tmp_path / "b2.safetensors", log=lambda m: None)
+    resumed = train_builtin(TrainConfig(steps=4, **tiny), tmp_path / "b", output=tmp_path / "b.safetensors",
                             log=lambda m: None)  # fmt: skip
     wa, wb = load_file(str(full)), load_file(str(resumed))
     assert wa.keys() == wb.keys() and any(k.startswith("text.") for k in wa)
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
+
+
+def test_resuming_with_another_optimizer_is_a_clear_error(tmp_path):
+    train_builtin(TrainConfig(steps=2, **dict(TINY, optimizer="adamw")), tmp_path / "w", output=tmp_path / "o.safetensors",
+                  log=lambda m: None)  # fmt: skip
+    with pytest.raises(InvalidOption, match=r"--optimizer='muon'.*trained with 'adamw'"):
+        train_builtin(TrainConfig(steps=4, **dict(TINY, optimizer="muon")), tmp_path / "w",
+                      output=tmp_path / "o.safetensors", log=lambda m: None)  # fmt: skip
 
 
 def test_a_time_budget_sets_the_steps_that_fit_in_what_is_left():

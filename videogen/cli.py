@@ -278,6 +278,8 @@ def _add_train_parser(sub) -> None:
                    "time on this machine (set from the speed of the first 50; logged, to rerun with --steps)")
     t.add_argument("--seed", type=int)
     t.add_argument("--lr", type=float)
+    t.add_argument("--optimizer", choices=["muon", "adamw"],
+                   help="muon: Muon for the hidden weight matrices, AdamW for the rest (default); adamw: AdamW for all")
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)
     t.add_argument("--loss", choices=["hybrid", "v", "x0"])
     t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
