@@ -273,7 +273,7 @@ def cmd_eval(args) -> int:
 def _add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
     t.add_argument("what", choices=["builtin"])
-    t.add_argument("--steps", type=int, help="optimiser steps (default 20000)")
+    t.add_argument("--steps", type=int, help="optimiser steps (default 11739: the shipped weights' recipe)")
     t.add_argument("--minutes", type=float, help="instead of --steps: as many steps as fit in about this much wall "
                    "time on this machine (set from the speed of the first 50; logged, to rerun with --steps)")
     t.add_argument("--seed", type=int)
