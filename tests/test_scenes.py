@@ -132,3 +132,15 @@ def test_motion_smoothness_is_1_for_the_scenes_and_0_for_latent_frame_steps():
     assert motion_smoothness(Track("red", np.ones(t, bool), stepped, np.ones(t)), 64) == 0.0
     still = np.full((t, 2), 32.0)
     assert motion_smoothness(Track("red", np.ones(t, bool), still, np.ones(t)), 64) is None
+
+
+def test_a_clip_renders_every_frame_as_that_frame_alone():
+    """All frames are drawn at once; each must equal the frame drawn by itself (wrap-around copies,
+    bouncing, lighting over the clip's `total`)."""
+    rng = random.Random(11)
+    for _ in range(12):
+        scene = random_scene(rng, held_out="any")
+        start = rng.uniform(0, 300)
+        clip = render_scene(scene, 9, start=start, total=40.0)
+        for i in range(9):
+            np.testing.assert_array_equal(clip[i], render_scene(scene, 1, start=start + i, total=40.0)[0])

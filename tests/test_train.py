@@ -194,3 +194,21 @@ def test_the_v_loss_weight_is_capped_by_v_floor():
                                                      "v", v_floor=floor))  # fmt: skip
     # the same x0 error, weighted 1/0.05^2 vs 1/0.5^2: exactly 100x apart
     assert losses[0.05] == pytest.approx(100 * losses[0.5], rel=1e-4)
+
+
+def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
+    from videogen.models.builtin import WEIGHTS_FILE, build_fresh, is_trained, load_weights
+    from videogen.train import validation_error
+
+    fresh = build_fresh(0)
+    kw = dict(sigmas=(0.5, 1.0), clips=4)
+    a, b = validation_error(*fresh, **kw), validation_error(*fresh, **kw)
+    assert a == b and set(a) == {"seen", "unseen"} and set(a["seen"]) == {0.5, 1.0}
+    if not is_trained():
+        pytest.skip("no trained built-in weights in this checkout")
+    trained = build_fresh(0)
+    load_weights(*trained, WEIGHTS_FILE)
+    t = validation_error(*trained, **kw)
+    for group in ("seen", "unseen"):
+        for sigma in (0.5, 1.0):
+            assert t[group][sigma] < 0.25 * a[group][sigma], (group, sigma, t[group][sigma], a[group][sigma])
