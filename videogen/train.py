@@ -240,7 +240,8 @@ def validation_error(transformer, encoder, *, sigmas=(0.3, 0.6, 0.9, 1.0), clips
             for i in range(0, clips, 4):  # 4 clips (2,304 tokens) a forward pass
                 sl = slice(i, i + 4)
                 sig = torch.full((latents[sl].shape[0], latent_frames), float(sigma))
-                err += flow_matching_loss(transformer, encoder, latents[sl], sig, noise[sl], captions[sl], "x0").item() * sig.shape[0]
+                loss = flow_matching_loss(transformer, encoder, latents[sl], sig, noise[sl], captions[sl], "x0")
+                err += loss.item() * sig.shape[0]
             out[group][float(sigma)] = err / clips
     transformer.train(was_training[0])
     encoder.train(was_training[1])
@@ -256,7 +257,7 @@ def _lr(cfg: TrainConfig, step: int, total: int | None = None) -> float:
 
 
 # Layers that stay with AdamW under Muon: the input (patch embedding) and output (proj_out) layers,
-# word embeddings, and the caption layout's small gate (5 x 64, one row per moving frame).
+# word embeddings, and the caption layout (its only matrix is the 5 x 64 gate, a row per moving frame).
 ADAMW_ONLY = ("patch_embedding", "proj_out", "embed.weight", "layout.")
 
 
