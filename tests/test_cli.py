@@ -105,6 +105,7 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--minutes", "30", "--steps", "100"], "not both"),
         (["--init", "/no/such/weights.safetensors"], "/no/such/weights.safetensors"),
         (["--snapshot-every", "0"], "--snapshot-every=0"),
+        (["--motion-weight", "-1"], "--motion-weight=-1.0"),
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):

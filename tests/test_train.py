@@ -212,3 +212,46 @@ def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
     for group in ("seen", "unseen"):
         for sigma in (0.5, 1.0):
             assert t[group][sigma] < 0.25 * a[group][sigma], (group, sigma, t[group][sigma], a[group][sigma])
+
+
+def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
+    from videogen.train import _frame_step_err2
+
+    codec = PixelCodec()
+    g = torch.Generator().manual_seed(0)
+    target = torch.rand(1, 3, 17, 16, 16, generator=g) * 2 - 1
+    # the prediction draws each latent frame's 4 video frames alike (the stutter it must punish)
+    stutter = target.clone()
+    for k in range(1, 17, 4):
+        stutter[:, :, k : k + 4] = target[:, :, k + 3 : k + 4]
+    err_video = stutter - target
+    err = codec.encode(stutter) - codec.encode(target)
+    got = _frame_step_err2(err)
+    assert got.shape == err.shape
+    # by hand on the video: squared change of the error between frames k-1 and k of each group
+    want = sum(float(((err_video[:, :, k] - err_video[:, :, k - 1]) ** 2).sum())
+               for start in range(1, 17, 4) for k in range(start + 1, start + 4))  # fmt: skip
+    assert float(got.sum()) == pytest.approx(want, rel=1e-5) and want > 0
+    # an error shared by a latent frame's 4 frames (a shape drawn a little off) adds nothing
+    shifted = target.clone()
+    offset = torch.rand(1, 3, 1, 16, 16, generator=g)
+    for k in range(1, 17, 4):
+        shifted[:, :, k : k + 4] += offset
+    assert float(_frame_step_err2(codec.encode(shifted) - codec.encode(target)).abs().max()) < 1e-6
+
+
+def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
+    from videogen.models.builtin import build_fresh
+    from videogen.train import flow_matching_loss
+
+    transformer, encoder = build_fresh(0)
+    g = torch.Generator().manual_seed(1)
+    latents, noise = torch.randn(1, 192, 3, 16, 16, generator=g), torch.randn(1, 192, 3, 16, 16, generator=g)
+    sigmas = torch.tensor([[0.0, 0.3, 0.7]])
+    with torch.no_grad():
+        loss = {w: float(flow_matching_loss(transformer, encoder, latents, sigmas, noise, ["a red circle"],
+                                            motion_weight=w)) for w in (0.0, 1.0, 8.0)}  # fmt: skip
+        plain = float(flow_matching_loss(transformer, encoder, latents, sigmas, noise, ["a red circle"]))
+    assert loss[0.0] == plain and loss[1.0] > plain
+    assert loss[8.0] - plain == pytest.approx(8 * (loss[1.0] - plain), rel=1e-4)
+

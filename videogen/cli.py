@@ -239,6 +239,8 @@ def cmd_train(args) -> int:
         raise InvalidOption("--minutes", args.minutes, "must be > 0")
     if args.snapshot_every is not None and args.snapshot_every < 1:
         raise InvalidOption("--snapshot-every", args.snapshot_every, "must be >= 1")
+    if args.motion_weight is not None and not args.motion_weight >= 0:
+        raise InvalidOption("--motion-weight", args.motion_weight, "must be >= 0")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
@@ -282,6 +284,8 @@ def _add_train_parser(sub) -> None:
                    help="muon: Muon for the hidden weight matrices, AdamW for the rest (default); adamw: AdamW for all")
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)
     t.add_argument("--loss", choices=["hybrid", "v", "x0"])
+    t.add_argument("--motion-weight", dest="motion_weight", type=float,
+                   help="weight of the frame-to-frame change's error in the loss (against 4 Hz stutter)")
     t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
                    help="train the block-causal (streaming) variant with chunks of this many latent frames")
     t.add_argument("--snapshot-every", dest="snapshot_every", type=int,

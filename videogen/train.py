@@ -68,6 +68,11 @@ class TrainConfig:
     # near-clean samples outweighed the high-noise ones ~20:1, and the model learned sharp detail
     # but never where a caption puts its object (measured: every motion word drew a centred blob).
     v_floor: float = 0.5
+    # Weight of the temporal-difference term (`flow_matching_loss`): the error of each frame's
+    # change from the frame before, within a latent frame's 4 video frames. 0: off (the recipe).
+    # Measured as a fine-tune of the shipped weights: W 64 raised `motion_smoothness` 0.05 -> 0.22
+    # but by eye the motion still steps and edges get notches (docs/architecture.md, stutter).
+    motion_weight: float = 0.0
     causal_chunk: int = 0  # > 0: block-causal attention over chunks of this many latent frames
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # "muon": Muon (`videogen.optim`) for the hidden weight matrices, AdamW for embeddings, the
@@ -174,11 +179,18 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
 
 
 def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, loss: str = "hybrid",
-                       causal_chunk: int = 0, v_floor: float = 0.5, frames=None) -> torch.Tensor:  # fmt: skip
+                       causal_chunk: int = 0, v_floor: float = 0.5, frames=None,
+                       motion_weight: float = 0.0) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
     `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
-    1/v_floor^2); "hybrid" is their sum with the x0 term weighted 4."""
+    1/v_floor^2); "hybrid" is their sum with the x0 term weighted 4.
+
+    `motion_weight` > 0 adds, under the same per-sample weight, the squared error of the
+    frame-to-frame change inside each latent frame (the codec's 4 video frames of one token): an
+    error shared by all 4 frames (a shape drawn a little off) adds nothing, while drawing the 4
+    frames alike where the object moves (4 Hz stutter) is an error on every moving edge in
+    every frame step."""
     b, c, f, h, w = latents.shape
     s = sigmas.view(b, 1, f, 1, 1)
     noisy = (1 - s) * latents + s * noise
@@ -196,17 +208,32 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     # The velocity error is the x0 error / sigma (x_sigma - sigma v = x0 exactly), so the v-loss is
     # the x0 loss weighted 1/sigma^2; only that weight is capped, at 1/v_floor^2 (flooring sigma
     # inside the implied velocity instead would move the target below the floor, not just weight it).
-    x0_err2 = (x0 - latents) ** 2
     v_weight = 1 / s.clamp_min(v_floor) ** 2
     if loss == "v":
-        err2 = v_weight * x0_err2
+        per_sample = v_weight
     elif loss == "x0":
-        err2 = x0_err2
+        per_sample = torch.ones_like(v_weight)
     elif loss == "hybrid":
-        err2 = (v_weight + 4) * x0_err2
+        per_sample = v_weight + 4
     else:
         raise ValueError(f"loss must be 'x0', 'v' or 'hybrid', got {loss!r}")
+    err = x0 - latents
+    err2 = err**2
+    if motion_weight:
+        err2 = err2 + motion_weight * _frame_step_err2(err)
+    err2 = per_sample * err2
     return (err2 * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
+
+
+def _frame_step_err2(err: torch.Tensor) -> torch.Tensor:
+    """Per latent channel, the squared error of the change between consecutive video frames of
+    one latent frame (`PixelCodec` layout: channels are (3, tf, s, s)); the first frame of each
+    group has no earlier frame in its token and gets 0. Same shape as `err`."""
+    b, c, f, h, w = err.shape
+    tf = PixelCodec().temporal_factor
+    e = err.view(b, 3, tf, c // (3 * tf), f, h, w)
+    step = torch.cat([torch.zeros_like(e[:, :, :1]), e[:, :, 1:] - e[:, :, :-1]], dim=2)
+    return (step**2).view(b, c, f, h, w)
 
 
 VALIDATION_SEED = 515151  # disjoint from training's (seed * 1_000_003 + step) and the evaluator's
@@ -379,7 +406,7 @@ def train_builtin(
 def _backward(transformer, encoder, opt, batch, cfg: TrainConfig) -> torch.Tensor:
     latents, sigmas, noise, captions, frames = batch
     loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk,
-                              cfg.v_floor, frames)  # fmt: skip
+                              cfg.v_floor, frames, cfg.motion_weight)  # fmt: skip
     opt.zero_grad(set_to_none=True)
     loss.backward()
     return loss
