@@ -254,4 +254,3 @@ def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
         plain = float(flow_matching_loss(transformer, encoder, latents, sigmas, noise, ["a red circle"]))
     assert loss[0.0] == plain and loss[1.0] > plain
     assert loss[8.0] - plain == pytest.approx(8 * (loss[1.0] - plain), rel=1e-4)
-
