@@ -1,7 +1,7 @@
 """videogen's job service: the OpenAI-compatible `/v1/videos` API, its SQL job store and output storage.
 
-    from api.app import create_app
-    from api.settings import ServiceSettings
+    from .app import create_app
+    from .settings import ServiceSettings
     app = create_app(ServiceSettings())
 
 This package never imports torch: the API process stays light, and the renders run in

@@ -21,14 +21,14 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from api.catalog import ModelCatalog
-from api.dispatch import CeleryQueue, StoreQueue
-from api.errors import error_body, install_error_handlers
-from api.settings import ServiceSettings
-from api.storage import OutputStorage
-from api.store import TERMINAL, JobStore
-from api.streams import router as streams_router
-from api.videos import Service, router
+from .catalog import ModelCatalog
+from .dispatch import CeleryQueue, StoreQueue
+from .errors import error_body, install_error_handlers
+from .settings import ServiceSettings
+from .storage import OutputStorage
+from .store import TERMINAL, JobStore
+from .streams import router as streams_router
+from .videos import Service, router
 
 log = logging.getLogger("videogen.api")
 

@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
-from api.errors import APIError
-from api.settings import hash_key
+from .errors import APIError
+from .settings import hash_key
 
 LOCAL_TENANT = "local"  # the only tenant of a `--no-auth` server
 

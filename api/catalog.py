@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import videogen.plan as _plan  # torch-free: videogen's __init__ is lazy
-import videogen.presets as _presets
-import videogen.spec as _spec
-from api.errors import APIError
-from api.settings import ServiceSettings
+import videogen.sampling.plan as _plan  # torch-free: videogen's __init__ is lazy
+import videogen.config.presets as _presets
+import videogen.config.spec as _spec
+from .errors import APIError
+from .settings import ServiceSettings
 from videogen.errors import InvalidOption, ModelLoadError  # noqa: F401
 
 RenderSpec, Shot, StreamSpec = _spec.RenderSpec, _spec.Shot, _spec.StreamSpec
@@ -33,7 +33,7 @@ API_PARAM = {"guidance": "guidance_scale"}
 class ModelEntry:
     name: str  # public name
     ref: str  # what the worker loads: a preset name or an operator-configured folder
-    preset: object  # videogen.presets.Preset
+    preset: object  # videogen.config.presets.Preset
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class ModelCatalog:
         return width, height, (spec.fps if spec.fps is not None else p.fps)
 
     def check(self, spec, entry: ModelEntry) -> CheckedSpec:
-        """Validate `spec` for `entry` the way `videogen.rendering.prepare` will, minus the model load."""
+        """Validate `spec` for `entry` the way `videogen.rendering.render.prepare` will, minus the model load."""
         try:
             p = entry.preset
             width, height, fps = self._size_fps(spec, entry, "renders")
@@ -111,7 +111,7 @@ class ModelCatalog:
         return CheckedSpec(spec, (width, height), len(plan), steps * len(plan))
 
     def check_stream(self, spec, entry: ModelEntry) -> CheckedStream:
-        """Validate a live stream `spec` for `entry` the way `videogen.streaming.stream` will, minus
+        """Validate a live stream `spec` for `entry` the way `videogen.streaming.stream.stream` will, minus
         the model load, and fill in the preset's size and fps (the worker makes exactly that)."""
         p = entry.preset
         try:

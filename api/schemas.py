@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.store import Job
+from .store import Job
 
 
 class ShotParam(BaseModel):

@@ -25,12 +25,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from api.auth import CurrentTenant, StreamTenant, tenant_for
-from api.errors import APIError, error_body, not_found
-from api.schemas import PromptParams
-from api.spool import CHUNK, FRAME, SpoolReader, SpoolRecord
-from api.store import CANCELLED, COMPLETED, FAILED, TERMINAL, Job, is_job_id
-from api.videos import Service, Svc, _owned, _validated, read_params
+from .auth import CurrentTenant, StreamTenant, tenant_for
+from .errors import APIError, error_body, not_found
+from .schemas import PromptParams
+from .spool import CHUNK, FRAME, SpoolReader, SpoolRecord
+from .store import CANCELLED, COMPLETED, FAILED, TERMINAL, Job, is_job_id
+from .videos import Service, Svc, _owned, _validated, read_params
 
 router = APIRouter(prefix="/v1/videos", tags=["streams"])
 

@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from api.auth import CurrentTenant
-from api.catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, StreamSpec, invalid, parse_size
-from api.errors import APIError, not_found
-from api.schemas import CreateParams, ExtendParams, video_object
-from api.storage import OutputStorage
-from api.store import COMPLETED, TERMINAL, Job, JobStore, is_job_id, new_job_id
+from .auth import CurrentTenant
+from .catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, StreamSpec, invalid, parse_size
+from .errors import APIError, not_found
+from .schemas import CreateParams, ExtendParams, video_object
+from .storage import OutputStorage
+from .store import COMPLETED, TERMINAL, Job, JobStore, is_job_id, new_job_id
 
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
 

@@ -5,7 +5,7 @@ embedded server (`videogen serve`, API + in-process worker rendering at the same
     PYTHONPATH=. python benchmarks/api_load.py --url http://127.0.0.1:8000 --key KEY   # a running server
 
 Without --url it starts `videogen serve --no-auth` on a free loopback port with a tiny random
-Wan model (videogen.models.tiny) as preset `tiny`, renders one warm-up job (the worker's torch
+Wan model (tests/tiny_wan.py) as preset `tiny`, renders one warm-up job (the worker's torch
 import and model load are not what is measured), then:
 
 every client, for `--duration` seconds, does what an SDK's create-and-poll does: create a job,
@@ -59,7 +59,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
     model = tmp / "tiny-wan"
-    subprocess.run([sys.executable, "-c", f"from videogen.models.tiny import save_tiny_wan; save_tiny_wan({str(model)!r})"],
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent / "tests")!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(model)!r})"],
                    check=True, capture_output=True)  # fmt: skip
     (tmp / "config").mkdir()
     (tmp / "config" / "models.yaml").write_text(PRESETS.format(path=model))

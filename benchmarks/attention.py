@@ -32,8 +32,8 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from kernels import TileLayout, resolve_backend, select_topk_tiles, sparse_video_attention  # noqa: E402
-from kernels.reference import reference_sparse_video_attention  # noqa: E402
+from videogen.kernels import TileLayout, resolve_backend, select_topk_tiles, sparse_video_attention  # noqa: E402
+from videogen.kernels.reference import reference_sparse_video_attention  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -1,5 +1,5 @@
 """Drift benchmark: a chain of procedurally drawn moving scenes with compounding drift, corrected
-by `videogen drift fix`, measured by `videogen.drift`.
+by `videogen drift fix`, measured by `videogen.stitch.drift`.
 
 The scene: a textured background (two gradients plus a sum of oriented sinusoids) panning
 slowly, and six coloured discs and boxes moving on Lissajous paths. A "chain" cuts the scene's
@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.drift import (
+from videogen.stitch.drift import (
     _U8_TO_LINEAR,
     build_report,
     frame_lab_stats,
     linear_to_srgb,
     srgb_to_linear,
 )
-from videogen.io import VideoReader, VideoWriter
+from videogen.io.video import VideoReader, VideoWriter
 
 
 class Scene:
@@ -134,7 +134,7 @@ def fix_run(video: Path, out: Path, seg: int, overlap: int, preset: str | None =
     process (all its threads) and of its ffmpeg children (decoder + encoder)."""
     extra = f",'--preset',{preset!r}" if preset else ""
     code = (
-        "import resource,sys,time; from videogen.drift_cli import main; t=time.perf_counter();"
+        "import resource,sys,time; from videogen.cli.drift import main; t=time.perf_counter();"
         f"rc=main(['fix',{str(video)!r},'--segment-frames','{seg}','--overlap','{overlap}','-o',{str(out)!r},'--no-report'{extra}]);"
         "s=resource.getrusage(resource.RUSAGE_SELF); c=resource.getrusage(resource.RUSAGE_CHILDREN);"
         "print('RESULT', time.perf_counter()-t, s.ru_maxrss/1024, s.ru_utime+s.ru_stime, c.ru_utime+c.ru_stime); sys.exit(rc)"
@@ -180,7 +180,7 @@ def main() -> None:
         write_chain(raw, scene, args.segments, args.seg, args.overlap)
         print(f"wrote {args.segments}x{args.seg} frames {w}x{h} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         # uncorrected: the same stitching (crossfades) with --mode off
-        from videogen.drift_cli import main as drift_main
+        from videogen.cli.drift import main as drift_main
 
         drift_main(["fix", str(raw), "--segment-frames", str(args.seg), "--overlap", str(args.overlap),
                     "--mode", "off", "-o", str(plain), "--no-report"])  # fmt: skip

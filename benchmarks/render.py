@@ -54,7 +54,7 @@ def run_one(args, seconds: float, attention: str, output: Path) -> dict:
 def psnr(a_path: Path, b_path: Path) -> float:
     import numpy as np
 
-    from videogen.io import VideoReader
+    from videogen.io.video import VideoReader
 
     a = VideoReader(a_path).read_all().astype(np.float64)
     b = VideoReader(b_path).read_all().astype(np.float64)

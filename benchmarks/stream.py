@@ -1,4 +1,4 @@
-"""Streaming benchmark: time to the first frame and sustained frames/s of `videogen.streaming`,
+"""Streaming benchmark: time to the first frame and sustained frames/s of `videogen.streaming.stream`,
 against a plain (non-streaming) render of the same clip, plus drift figures of a long stream.
 
     python benchmarks/stream.py                       # builtin-causal vs builtin, 5 s clip, 120 s stream
@@ -44,11 +44,11 @@ def main() -> None:
     args = p.parse_args()
     warnings.simplefilter("ignore")
 
-    from videogen.drift import build_report, frame_lab_stats
+    from videogen.stitch.drift import build_report, frame_lab_stats
     from videogen.models.loader import load_model
-    from videogen.rendering import render
-    from videogen.spec import RenderSpec
-    from videogen.streaming import StreamSpec, stream
+    from videogen.rendering.render import render
+    from videogen.config.spec import RenderSpec
+    from videogen.streaming.stream import StreamSpec, stream
 
     causal = load_model(args.model, device=args.device, dtype="auto", attention="dense")
     base = load_model(args.baseline, device=args.device, dtype="auto")
@@ -74,7 +74,7 @@ def main() -> None:
     # The long stream: sustained rate after the first chunk, bounded memory, drift.
     writer = None
     if args.keep:
-        from videogen.io import VideoWriter
+        from videogen.io.video import VideoWriter
 
         w, h = causal.preset.size
         writer = VideoWriter(args.keep, w, h, fps)

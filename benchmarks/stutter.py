@@ -1,4 +1,4 @@
-"""Where the built-in model's 4 Hz stutter comes from: `motion_smoothness` (videogen.scenes; 1 = the
+"""Where the built-in model's 4 Hz stutter comes from: `motion_smoothness` (videogen.training.scenes; 1 = the
 motion spread evenly over frames, 0 = all of it once per latent frame) of
 
 * the ground-truth clips (the ceiling),
@@ -27,7 +27,7 @@ SIGMAS = (0.2, 0.4, 0.6, 0.8, 0.95)
 
 
 def _clips(n: int, size: int = 64):
-    from videogen.scenes import canonical_start, random_scene, render_scene
+    from videogen.training.scenes import canonical_start, random_scene, render_scene
 
     rng, out = random.Random(5), []
     while len(out) < n:
@@ -53,7 +53,7 @@ def _untokens(t: torch.Tensor, shape) -> torch.Tensor:
 def measure(weights: str, clips) -> dict:
     from videogen.models.builtin import build_fresh, load_weights
     from videogen.models.codec import PixelCodec, uint8_to_video, video_to_uint8
-    from videogen.scenes import motion_smoothness, track_colour
+    from videogen.training.scenes import motion_smoothness, track_colour
 
     transformer, encoder = build_fresh(0)
     load_weights(transformer, encoder, weights)

@@ -27,7 +27,7 @@ def main() -> None:
 
     from videogen.models.builtin import build_fresh
     from videogen.models.codec import PixelCodec
-    from videogen.train import TrainConfig, _backward, make_batch
+    from videogen.training.train import TrainConfig, _backward, make_batch
 
     cfg = TrainConfig()
     codec = PixelCodec(4, 4)

@@ -7,14 +7,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_wan21(tmp_path_factory):
-    from videogen.models.tiny import save_tiny_wan
+    from tiny_wan import save_tiny_wan
 
     return save_tiny_wan(tmp_path_factory.mktemp("models") / "tiny-wan2.1", "wan2.1")
 
 
 @pytest.fixture(scope="session")
 def tiny_wan22(tmp_path_factory):
-    from videogen.models.tiny import save_tiny_wan
+    from tiny_wan import save_tiny_wan
 
     return save_tiny_wan(tmp_path_factory.mktemp("models") / "tiny-wan2.2-ti2v", "wan2.2-ti2v")
 

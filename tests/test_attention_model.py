@@ -6,10 +6,10 @@ import warnings
 import pytest
 import torch
 
-from videogen.attention import SparseSelfAttnProcessor, SparsityPolicy, install_attention
+from videogen.attention.sparse import SparseSelfAttnProcessor, SparsityPolicy, install_attention
 from videogen.errors import InvalidOption
 from videogen.models.loader import load_model
-from videogen.pipeline import denoise_segment
+from videogen.sampling.loop import denoise_segment
 
 
 def _load(attention, policy=None):
@@ -53,7 +53,7 @@ def test_low_density_changes_the_output_and_matches_the_reference_backend():
 def test_policy_keeps_the_first_steps_and_listed_layers_dense(monkeypatch):
     model = _load("sparse-cpu", SparsityPolicy(density=0.25, dense_step_fraction=0.5, dense_layers=(0,)))
     calls = []
-    import kernels
+    import videogen.kernels
 
     real = kernels.sparse_video_attention
 
@@ -78,7 +78,7 @@ def test_the_triton_backend_needs_cuda_or_the_interpreter(monkeypatch):
 
 def test_a_tiny_wan_folder_renders_with_sparse_attention(tiny_wan21, tmp_path):
     from videogen import RenderSpec, render
-    from videogen.io import probe
+    from videogen.io.video import probe
 
     model = load_model(str(tiny_wan21), device="cpu", dtype="float32", attention="sparse")
     spec = RenderSpec.single("a red cat", 1.0, model=str(tiny_wan21), size=(64, 64), fps=8, steps=2)

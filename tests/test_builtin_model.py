@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from videogen.causal import install_causal, new_cache, plan_chunk
+from videogen.attention.causal import install_causal, new_cache, plan_chunk
 from videogen.models.builtin import (LAYOUT_CHANNELS, LAYOUT_GAIN, LAYOUT_HARMONICS, LAYOUT_SLOTS, LAYOUT_SUBFRAMES, TRANSFORMER_CONFIG,
                                      MotionLayout, build_fresh, load_weights, position_channels)  # fmt: skip
-from videogen.train import _named_state, export_weights
+from videogen.training.train import _named_state, export_weights
 
 PER_SUBFRAME = len(LAYOUT_HARMONICS) * 4  # sin/cos of x and y per harmonic
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from videogen.models.builtin import is_trained
-from videogen.scenes import classify_background, classify_motion, classify_shape, parse_caption, track_colour
+from videogen.training.scenes import classify_background, classify_motion, classify_shape, parse_caption, track_colour
 
 PROMPTS = [
     "a red square moving up on a black background",
@@ -38,9 +38,9 @@ def _check(frames_by_prompt, min_found: int, min_moving: int, min_shape: int):
 
 @pytest.mark.skipif(not is_trained(), reason="no trained built-in weights in this checkout")
 def test_the_builtin_model_renders_the_prompted_background_and_object(builtin_model, tmp_path):
-    from videogen.io import VideoReader
-    from videogen.rendering import render
-    from videogen.spec import RenderSpec
+    from videogen.io.video import VideoReader
+    from videogen.rendering.render import render
+    from videogen.config.spec import RenderSpec
 
     out = []
     for i, prompt in enumerate(PROMPTS):
@@ -53,7 +53,7 @@ def test_the_builtin_model_renders_the_prompted_background_and_object(builtin_mo
 @pytest.mark.skipif(not is_trained("builtin-causal", "builtin_causal.safetensors"), reason="no trained causal weights")
 def test_the_causal_model_streams_the_prompted_background_and_object():
     from videogen.models.loader import load_model
-    from videogen.streaming import StreamSpec, stream
+    from videogen.streaming.stream import StreamSpec, stream
 
     model = load_model("builtin-causal", device="cpu", dtype="float32", attention="dense")
     out = []

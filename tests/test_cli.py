@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from videogen.io import probe
+from videogen.io.video import probe
 
 
 def videogen(*args, cwd=None):

@@ -1,10 +1,10 @@
-"""Colour science and metrics of `videogen.drift`: conversions against known values, dE2000
+"""Colour science and metrics of `videogen.stitch.drift`: conversions against known values, dE2000
 against Sharma's published pairs, transforms (clamp, strength), the LUT, the metrics."""
 
 import numpy as np
 import pytest
 
-from videogen.drift import (
+from videogen.stitch.drift import (
     ColorLUT,
     ColorTransform,
     DriftConfig,
@@ -192,7 +192,7 @@ def test_lut_apply_and_mix_equal_the_per_byte_reference():
 
 
 def test_linear_crossfade_equals_the_per_pixel_float_mix():
-    from videogen.drift import _LINEAR_TO_U8, _U8_TO_LINEAR32, smoothstep_weights
+    from videogen.stitch.drift import _LINEAR_TO_U8, _U8_TO_LINEAR32, smoothstep_weights
 
     rng = np.random.default_rng(4)
     a, b = rng.integers(0, 256, (2, 5, 8, 8, 3), dtype=np.uint8)
@@ -206,7 +206,7 @@ def test_linear_crossfade_equals_the_per_pixel_float_mix():
 
 
 def test_frame_stats_match_lab_of_the_subsampled_pixels():
-    from videogen.drift import frame_lab_stats
+    from videogen.stitch.drift import frame_lab_stats
 
     rng = np.random.default_rng(5)
     x = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)

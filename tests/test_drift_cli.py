@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from videogen.drift_cli import add_drift_parser, main
-from videogen.io import VideoReader, VideoWriter
+from videogen.cli.drift import add_drift_parser, main
+from videogen.io.video import VideoReader, VideoWriter
 
 H, W, SEG = 48, 64, 9
 
@@ -95,9 +95,9 @@ def test_missing_video_fails_clearly(tmp_path, capsys):
 def test_fix_stream_equals_the_in_memory_stitcher_and_reuses_its_buffers(chained, tmp_path, monkeypatch):
     """The streamed path (decoder into cycled RGB0 buffers, in-place stitching, encoder thread)
     writes exactly the frames of pushing the decoded segments through a Stitcher in memory."""
-    import videogen.drift_cli as cli
-    from videogen.drift import DriftConfig
-    from videogen.stitch import Stitcher
+    import videogen.cli.drift as cli
+    from videogen.stitch.drift import DriftConfig
+    from videogen.stitch.stitcher import Stitcher
 
     reader = VideoReader(chained, decode_count=False)
     assert reader.info.num_frames == 3 * SEG  # packets counted without decoding

@@ -26,7 +26,7 @@ def test_eval_builtin_prints_a_final_json_line(model):
 
 
 def test_eval_with_only_continuations_still_prints_strict_json(builtin_model):
-    from videogen.evaluate import evaluate_builtin
+    from videogen.training.evaluate import evaluate_builtin
 
     result = evaluate_builtin(builtin_model, n_seen=0, n_unseen=0, n_continuation=0)
     json.dumps(result, allow_nan=False)  # NaN is not JSON: an empty prompt set must not produce one

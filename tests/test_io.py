@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from videogen.io import VideoIOError, VideoReader, VideoWriter, check_output_path, probe
+from videogen.io.video import VideoIOError, VideoReader, VideoWriter, check_output_path, probe
 
 
 def _gradient_frames(n, h=48, w=64):

@@ -1,11 +1,11 @@
-"""Muon (videogen.optim): orthogonalised momentum for hidden matrices, AdamW for the rest."""
+"""Muon (videogen.training.optim): orthogonalised momentum for hidden matrices, AdamW for the rest."""
 
 import pytest
 import torch
 
 from videogen.models.builtin import build_fresh
-from videogen.optim import Muon, Optimizers, muon_split, orthogonalize
-from videogen.train import ADAMW_ONLY, TrainConfig, build_optimizer
+from videogen.training.optim import Muon, Optimizers, muon_split, orthogonalize
+from videogen.training.train import ADAMW_ONLY, TrainConfig, build_optimizer
 
 
 @pytest.mark.parametrize("shape", [(128, 128), (512, 128), (128, 512), (3, 64, 64)])

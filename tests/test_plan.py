@@ -3,7 +3,7 @@
 import pytest
 
 from videogen.errors import InvalidOption
-from videogen.plan import frames_for, plan_render
+from videogen.sampling.plan import frames_for, plan_render
 
 
 def _check_plan(plan, tf=4):
@@ -77,7 +77,7 @@ def test_segment_times_keep_one_clock_across_a_shot(seconds, segment_seconds, ov
     """A continuing segment's first new frame sits, on the segment clock (latent frames; latent i
     ends at frame 4i), exactly where the shot's video has got to; a new shot restarts the clock,
     and an extension continues its source's."""
-    from videogen.rendering import segment_times
+    from videogen.rendering.render import segment_times
 
     fps = 16
     total = frames_for(seconds, fps)

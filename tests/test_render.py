@@ -8,10 +8,10 @@ import torch
 
 from videogen import RenderSpec, render
 from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
-from videogen.io import VideoReader, probe
+from videogen.io.video import VideoReader, probe
 from videogen.models.loader import load_model
-from videogen.pipeline import StepProgress, denoise_segment
-from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, prepare
+from videogen.sampling.loop import StepProgress, denoise_segment
+from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, prepare
 
 
 def _run(spec, out, **kw):
@@ -156,7 +156,7 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     """A 29-frame render extended by 24 frames equals one 53-frame render (segment boundaries
     aligned): the extension is conditioned on the source's last latent frames, continues its noise
     stream and its stitcher state (seam blend, colour anchor)."""
-    from videogen.io import concat_videos
+    from videogen.io.video import concat_videos
 
     common = dict(steps=2, segment_seconds=1.0, overlap_frames=5, seed=11)
     prompt = "a yellow square moving down on a gray background"

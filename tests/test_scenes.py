@@ -4,9 +4,9 @@ import random
 
 import numpy as np
 
-from videogen.evaluate import eval_prompts, score_frames
+from videogen.training.evaluate import eval_prompts, score_frames
 from videogen.models.builtin import VOCAB
-from videogen.scenes import (HELD_OUT, SHAPES, classify_shape, parse_caption, random_scene, render_scene, shape_profiles,
+from videogen.training.scenes import (HELD_OUT, SHAPES, classify_shape, parse_caption, random_scene, render_scene, shape_profiles,
                              track_colour)  # fmt: skip
 
 
@@ -93,7 +93,7 @@ def test_the_detector_rejects_a_wrong_video():
 def test_canonical_start_puts_objects_where_their_motion_begins():
     import random
 
-    from videogen.scenes import Scene, SceneObject, canonical_start
+    from videogen.training.scenes import Scene, SceneObject, canonical_start
 
     rng = random.Random(0)
     one = Scene((SceneObject("red", "circle", "right", 0.9, 0.1),), "black")
@@ -110,7 +110,7 @@ def test_canonical_start_puts_objects_where_their_motion_begins():
 def test_motion_in_latent_frame_steps_reads_as_its_direction_and_jitter_as_still():
     """A model that moves an object once per latent frame (3 px every 4 frames; per-frame steps
     0, 0, 0, 3) still moves right; a still object that jitters by a pixel per latent frame is still."""
-    from videogen.scenes import Track, classify_motion
+    from videogen.training.scenes import Track, classify_motion
 
     t = 80
     present = np.ones(t, bool)
@@ -123,7 +123,7 @@ def test_motion_in_latent_frame_steps_reads_as_its_direction_and_jitter_as_still
 
 
 def test_motion_smoothness_is_1_for_the_scenes_and_0_for_latent_frame_steps():
-    from videogen.scenes import Scene, SceneObject, Track, motion_smoothness, track_colour
+    from videogen.training.scenes import Scene, SceneObject, Track, motion_smoothness, track_colour
 
     frames = render_scene(Scene((SceneObject("red", "circle", "right", 0.25, 0.5),), "black"), 80)
     assert motion_smoothness(track_colour(frames, "red"), 64) > 0.9

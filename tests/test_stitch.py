@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.drift import frame_lab_stats
-from videogen.stitch import DriftConfig, Stitcher
+from videogen.stitch.drift import frame_lab_stats
+from videogen.stitch.stitcher import DriftConfig, Stitcher
 
 _spec = importlib.util.spec_from_file_location("drift_bench", Path(__file__).parents[1] / "benchmarks" / "drift.py")
 bench = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""Streaming (videogen.streaming / videogen.causal): the KV cache reproduces a block-causal
+"""Streaming (videogen.streaming.stream / videogen.attention.causal): the KV cache reproduces a block-causal
 forward, memory is fixed over 1,000 chunks, prompt switches re-cache, output is deterministic."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.causal import chunk_frames_of, install_causal, new_cache, plan_chunk
+from videogen.attention.causal import chunk_frames_of, install_causal, new_cache, plan_chunk
 from videogen.models.builtin import TRANSFORMER_CONFIG, build_fresh
-from videogen.streaming import StreamControl, StreamSpec, block_causal_forward, stream
+from videogen.streaming.stream import StreamControl, StreamSpec, block_causal_forward, stream
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_memory_stays_bounded_over_1000_chunks(causal_model):
 def test_a_long_stream_rebases_its_clock_and_rewrites_its_cache_on_the_new_one(causal_model, monkeypatch):
     """The clock the moving frames see stays within CLOCK_PERIOD + the window, and every pass
     (the chunk's and the cache re-writes alike) uses the current base: sinks keep their index."""
-    import videogen.streaming as S
+    import videogen.streaming.stream as S
 
     monkeypatch.setattr(S, "CLOCK_PERIOD", 8)
     seen, real = [], S.plan_chunk
@@ -203,7 +203,7 @@ def test_cli_stream_writes_mp4_and_mjpeg_to_stdout(tmp_path):
     import subprocess
     import sys
 
-    from videogen.io import probe
+    from videogen.io.video import probe
 
     cmd = [sys.executable, "-m", "videogen.cli", "stream", "a red circle moving right on a black background", "--seconds", "2"]
     out = tmp_path / "s.mp4"

@@ -6,7 +6,7 @@ from safetensors.torch import load_file
 
 from videogen.errors import InvalidOption
 from videogen.models.codec import PixelCodec
-from videogen.train import TrainConfig, _budget_steps, make_batch, train_builtin
+from videogen.training.train import TrainConfig, _budget_steps, make_batch, train_builtin
 
 TINY = dict(latent_frames=(5,), batch_tokens=320, warmup=2, checkpoint_every=2, lr=1e-3, compile=False)
 
@@ -98,7 +98,7 @@ def test_snapshots_keep_the_ema_weights_along_the_run(tmp_path):
 def test_training_falls_back_to_eager_where_compile_cannot_build(tmp_path, monkeypatch):
     """A machine without a C compiler fails at the first compiled call: the step reruns eagerly
     and the run is exactly the eager run."""
-    import videogen.train as train
+    import videogen.training.train as train
 
     def no_compiler(module, **kwargs):
         def fail(*a, **k):
@@ -128,7 +128,7 @@ def test_the_compiled_transformer_computes_the_eager_loss_and_gradients():
     """The training step's compiled graph (fused element-wise ops) against eager fp32: the
     loss agrees to fp32 reordering error (~1e-6 relative) and so does every gradient."""
     from videogen.models.builtin import build_fresh
-    from videogen.train import _backward
+    from videogen.training.train import _backward
 
     cfg = TrainConfig(**TINY)
     transformer, encoder = build_fresh(0)
@@ -166,7 +166,7 @@ def test_causal_training_steps_run_and_lower_nothing_to_nan(tmp_path):
 
 
 def test_fresh_clips_spend_the_layout_fraction_at_near_pure_noise():
-    from videogen.train import _fresh_sigma
+    from videogen.training.train import _fresh_sigma
 
     cfg = TrainConfig()
     g = torch.Generator().manual_seed(0)
@@ -182,7 +182,7 @@ def test_fresh_clips_spend_the_layout_fraction_at_near_pure_noise():
 
 def test_the_v_loss_weight_is_capped_by_v_floor():
     from videogen.models.builtin import build_fresh
-    from videogen.train import flow_matching_loss
+    from videogen.training.train import flow_matching_loss
 
     transformer, encoder = build_fresh(0)
     latents = torch.randn(1, 192, 1, 16, 16)
@@ -198,7 +198,7 @@ def test_the_v_loss_weight_is_capped_by_v_floor():
 
 def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
     from videogen.models.builtin import WEIGHTS_FILE, build_fresh, is_trained, load_weights
-    from videogen.train import validation_error
+    from videogen.training.train import validation_error
 
     fresh = build_fresh(0)
     kw = dict(sigmas=(0.5, 1.0), clips=4)
@@ -215,7 +215,7 @@ def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
 
 
 def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
-    from videogen.train import _frame_step_err2
+    from videogen.training.train import _frame_step_err2
 
     codec = PixelCodec()
     g = torch.Generator().manual_seed(0)
@@ -242,7 +242,7 @@ def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
 
 def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
     from videogen.models.builtin import build_fresh
-    from videogen.train import flow_matching_loss
+    from videogen.training.train import flow_matching_loss
 
     transformer, encoder = build_fresh(0)
     g = torch.Generator().manual_seed(1)

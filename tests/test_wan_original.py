@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from videogen.errors import InvalidOption
 from videogen.models.loader import load_model
-from videogen.models.tiny import tiny_transformer_config
+from tiny_wan import tiny_transformer_config
 from videogen.models.wan_original import convert_wan_original_state_dict, infer_wan_config, load_wan_original
 
 # diffusers name -> original Wan name, outside the blocks
@@ -196,7 +196,7 @@ def test_a_wrong_shape_is_named(source, tmp_path):
 
 def test_load_model_with_a_checkpoint_renders_with_its_weights(tiny_wan21, source, checkpoints, tmp_path):
     from videogen import RenderSpec, render
-    from videogen.io import probe
+    from videogen.io.video import probe
 
     model = load_model(str(tiny_wan21), device="cpu", dtype="float32", checkpoint=str(checkpoints / "self_forcing.pt"))
     assert all(torch.equal(model.transformer.state_dict()[k], v) for k, v in source.state_dict().items())

@@ -4,8 +4,8 @@
     for event in render(RenderSpec.single("a red circle moving right", 6), "out.mp4"):
         print(event)
 
-Imports are lazy so that torch-free parts (`videogen.spec`, `videogen.errors`, `videogen.presets`,
-`videogen.drift`) can be used by the API process without loading torch.
+Imports are lazy so that torch-free parts (`videogen.config.spec`, `videogen.errors`, `videogen.config.presets`,
+`videogen.stitch.drift`) can be used by the API process without loading torch.
 """
 
 __version__ = "0.1.0"
@@ -18,7 +18,7 @@ def __getattr__(name: str):
 
         return render
     if name in ("RenderSpec", "Shot"):
-        from videogen import spec
+        from videogen.config import spec
 
         return getattr(spec, name)
     raise AttributeError(f"module 'videogen' has no attribute {name!r}")

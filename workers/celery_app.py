@@ -23,8 +23,8 @@ from celery import Celery, Task
 from celery.signals import worker_ready
 from kombu import Queue
 
-from api.dispatch import RENDER_TASK
-from api.settings import ServiceSettings
+from videogen.api.dispatch import RENDER_TASK
+from videogen.api.settings import ServiceSettings
 
 log = logging.getLogger("videogen.worker")
 
@@ -53,10 +53,10 @@ class RenderTask(Task):
     @property
     def context(self):
         if RenderTask._context is None:
-            from api.storage import OutputStorage
-            from api.store import JobStore
-            from workers.jobs import WorkerContext
-            from workers.models import ModelCache
+            from videogen.api.storage import OutputStorage
+            from videogen.api.store import JobStore
+            from .jobs import WorkerContext
+            from .models import ModelCache
 
             store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
             worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -66,7 +66,7 @@ class RenderTask(Task):
 
 @app.task(name=RENDER_TASK, base=RenderTask, bind=True, ignore_result=True)
 def render_job(self, job_id: str) -> str | None:
-    from workers.jobs import run_job
+    from .jobs import run_job
 
     return run_job(job_id, self.context)
 

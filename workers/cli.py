@@ -42,7 +42,7 @@ def _error(message: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from api.settings import ServiceSettings, is_loopback
+    from videogen.api.settings import ServiceSettings, is_loopback
 
     overrides = {}
     if args.data_dir:
@@ -62,13 +62,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from api.app import build_service, create_app
+    from videogen.api.app import build_service, create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = build_service(settings)
     workers = []
     if not settings.fleet:
-        from workers.embedded import EmbeddedWorkerProcess, EmbeddedWorkerThread
+        from .embedded import EmbeddedWorkerProcess, EmbeddedWorkerThread
 
         host = EmbeddedWorkerProcess if settings.embedded_worker == "process" else EmbeddedWorkerThread
         workers.append(host(service))
@@ -85,7 +85,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not os.environ.get("REDIS_URL") and not os.environ.get("VIDEOGEN_REDIS_URL"):
         return _error("REDIS_URL is not set: a worker takes its jobs from Redis (or use `videogen serve` alone)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from workers.celery_app import app
+    from .celery_app import app
 
     name = args.name or f"videogen-gpu{args.gpu if args.gpu is not None else 'any'}@%h"
     app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={args.log_level.upper()}",

@@ -23,10 +23,10 @@ import os
 import socket
 import threading
 
-from api.settings import ServiceSettings
-from api.videos import Service
-from workers.jobs import WorkerContext, run_job
-from workers.models import ModelCache
+from videogen.api.settings import ServiceSettings
+from videogen.api.videos import Service
+from .jobs import WorkerContext, run_job
+from .models import ModelCache
 
 log = logging.getLogger("videogen.worker")
 
@@ -92,7 +92,7 @@ class EmbeddedWorkerThread:
 
 
 def _child_main(settings: dict, wakeup, stop, parent_pid: int, log_level: int) -> None:
-    from api.app import build_service
+    from videogen.api.app import build_service
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.get("embedded_worker_nice"):

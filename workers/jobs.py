@@ -1,5 +1,5 @@
 """`run_job(job_id, ctx)`: claim a job in the store, render it with `videogen.render()` (a stream
-job: `videogen.streaming.stream()`), record what happens. The embedded runner and the Celery task
+job: `videogen.streaming.stream.stream()`), record what happens. The embedded runner and the Celery task
 both call exactly this.
 
 * **Claim and lease.** The store's atomic claim succeeds only if no live lease is held, so a
@@ -26,11 +26,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from api.settings import ServiceSettings
-from api.spool import SpoolWriter
-from api.storage import OutputStorage
-from api.store import CANCELLED, COMPLETED, FAILED, JobStore
-from workers.models import ModelCache
+from videogen.api.settings import ServiceSettings
+from videogen.api.spool import SpoolWriter
+from videogen.api.storage import OutputStorage
+from videogen.api.store import CANCELLED, COMPLETED, FAILED, JobStore
+from .models import ModelCache
 
 log = logging.getLogger("videogen.worker")
 
@@ -138,9 +138,9 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     """`videogen.render()` into the job's video (an extension: its new frames, then the join).
     Returns whether a thumbnail was written."""
     from videogen.errors import InvalidOption
-    from videogen.pipeline import StepProgress
-    from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, render
-    from videogen.spec import RenderSpec
+    from videogen.sampling.loop import StepProgress
+    from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, render
+    from videogen.config.spec import RenderSpec
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
 
@@ -175,7 +175,7 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
         elif isinstance(event, RenderFinished):
             finished = event
     if source:  # the source's frames, then the new ones; the report already covers both
-        from videogen.io import concat_videos
+        from videogen.io.video import concat_videos
 
         concat_videos([storage.video(source), target], video)
         os.replace(f"{target}.drift.json", storage.drift_report(job_id))
@@ -187,16 +187,16 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
 
 
 def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
-    """`videogen.streaming.stream()`: every chunk goes to the job's MP4 (`VideoWriter`, thumbnail =
+    """`videogen.streaming.stream.stream()`: every chunk goes to the job's MP4 (`VideoWriter`, thumbnail =
     first frame) and, as it is made, to the job's spool (`api.spool`) that the API's live
     endpoints tail. Before every denoising step the store says whether to cancel (so a cancel
     stops the work within one step), before each chunk which prompt to switch to; the switches shown are recorded with the chunk (`JobStore.record_chunk`). A stream is not
     checkpointed: a job taken over after a crash streams again from frame 0, replaying the
     recorded switches at the same frames (same seed: the same video). Returns True (thumbnail)."""
     from videogen.errors import RenderCancelled
-    from videogen.io import VideoWriter
-    from videogen.spec import StreamSpec
-    from videogen.streaming import StreamControl, stream
+    from videogen.io.video import VideoWriter
+    from videogen.config.spec import StreamSpec
+    from videogen.streaming.stream import StreamControl, stream
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
     spec = StreamSpec.from_dict(job.spec)

@@ -20,8 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # `kernels` is importable without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
-from kernels import TileLayout, select_topk_tiles  # noqa: E402
-from kernels.reference import reference_sparse_video_attention  # noqa: E402
+from videogen.kernels import TileLayout, select_topk_tiles  # noqa: E402
+from videogen.kernels.reference import reference_sparse_video_attention  # noqa: E402
 
 # Slack on top of the reference's own low-precision error: fp32 backends differ from the
 # fp32 reference only by summation order (~1e-7 measured), low-precision ones by rounding.

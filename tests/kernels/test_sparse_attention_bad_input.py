@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels import TileLayout, block_sparse_attention, sparse_video_attention
-from kernels.block_sparse_triton import is_interpreting
+from videogen.kernels import TileLayout, block_sparse_attention, sparse_video_attention
+from videogen.kernels.block_sparse_triton import is_interpreting
 
 
 def _qkv(n=210, d=32, dtype=torch.float32):

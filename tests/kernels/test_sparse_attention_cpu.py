@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
-from kernels import block_sparse_cpu
-from kernels.reference import reference_block_sparse_attention
+from videogen.kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
+from videogen.kernels import block_sparse_cpu
+from videogen.kernels.reference import reference_block_sparse_attention
 
 RAGGED_GRIDS = [(5, 6, 7), (3, 5, 9), (6, 8, 13)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
-from kernels.block_sparse_triton import is_interpreting
-from kernels.reference import reference_block_sparse_attention
+from videogen.kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
+from videogen.kernels.block_sparse_triton import is_interpreting
+from videogen.kernels.reference import reference_block_sparse_attention
 
 ON_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if ON_CUDA else "cpu"

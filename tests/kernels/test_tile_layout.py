@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from kernels import TileLayout
+from videogen.kernels import TileLayout
 
 
 def test_tiles_are_numbered_in_raster_order_over_the_tile_grid_with_raster_order_inside():

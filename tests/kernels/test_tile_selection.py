@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kernels import TileLayout, num_selected_tiles, select_topk_tiles, tile_scores
+from videogen.kernels import TileLayout, num_selected_tiles, select_topk_tiles, tile_scores
 
 
 def _tile_constant_k(layout: TileLayout, per_tile: list[float], d: int) -> torch.Tensor:

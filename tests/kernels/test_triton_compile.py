@@ -7,7 +7,7 @@ machines. Also pins that the flat key-tile loop gets software-pipelined (async c
 
 import pytest
 
-from kernels.block_sparse_triton import _block_sparse_attention_fwd, is_interpreting
+from videogen.kernels.block_sparse_triton import _block_sparse_attention_fwd, is_interpreting
 
 triton = pytest.importorskip("triton")
 pytestmark = [

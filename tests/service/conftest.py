@@ -1,6 +1,6 @@
 """Fixtures of the job-service tests: real processes on 127.0.0.1.
 
-* `tiny_model`: a tiny real Wan diffusers folder (videogen.models.tiny), served under the preset
+* `tiny_model`: a tiny real Wan diffusers folder (tests/tiny_wan.py), served under the preset
   name `tiny` from a test `models.yaml` (32x32 at 8 fps, 2 steps, short segments), so a render
   takes a fraction of a second on a CPU.
 * `serve(...)`: `videogen serve` in a subprocess on a free port (embedded mode, or fleet mode when
@@ -57,7 +57,7 @@ def free_port() -> int:
 def tiny_model(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny-wan"
     # In a subprocess: the test process itself stays free of torch (so does the API).
-    subprocess.run([sys.executable, "-c", f"from videogen.models.tiny import save_tiny_wan; save_tiny_wan({str(path)!r})"],
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(path)!r})"],
                    check=True, capture_output=True, env=_env({}))  # fmt: skip
     return path
 
@@ -215,7 +215,7 @@ def celery_worker(service_env, tmp_path):
 
     def start(fleet_env: dict[str, str]) -> Proc:
         log = tmp_path / f"worker{len(started)}.log"
-        args = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "--pool=solo",
+        args = [sys.executable, "-m", "celery", "-A", "videogen.workers.celery_app", "worker", "--pool=solo",
                 "--concurrency=1", "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
                 f"--hostname=test{len(started)}-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
         w = Proc(args, _env({**service_env, **fleet_env}), log)

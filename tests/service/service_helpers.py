@@ -39,6 +39,6 @@ def sse_events(client: httpx.Client, video_id: str, timeout: float = 60.0) -> li
 
 
 def decode(path) -> "numpy.ndarray":  # noqa: F821
-    from videogen.io import VideoReader  # torch-free: keeps the test process light
+    from videogen.io.video import VideoReader  # torch-free: keeps the test process light
 
     return VideoReader(path).read_all()

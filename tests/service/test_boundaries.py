@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from api.settings import ServiceSettings, hash_key
-from api.storage import OutputStorage
+from videogen.api.settings import ServiceSettings, hash_key
+from videogen.api.storage import OutputStorage
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 

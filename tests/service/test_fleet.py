@@ -59,7 +59,7 @@ def test_kill_9_mid_job_resumes_from_the_last_segment_and_the_video_is_identical
 
 
 def test_a_redelivered_message_never_runs_a_job_twice(fleet, fleet_env, celery_worker):
-    from api.dispatch import CeleryQueue
+    from videogen.api.dispatch import CeleryQueue
 
     celery_worker(fleet_env)
     celery_worker(fleet_env)  # two workers, so a duplicate message would be picked up at once

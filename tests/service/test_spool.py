@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from api.spool import CHUNK, END, FILES, FRAME, SpoolReader, SpoolWriter
+from videogen.api.spool import CHUNK, END, FILES, FRAME, SpoolReader, SpoolWriter
 
 
 def frames(n: int, value: int = 0) -> np.ndarray:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from api.store import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, Job, JobStore, is_job_id, new_job_id
+from videogen.api.store import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, Job, JobStore, is_job_id, new_job_id
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ def position_channels(latents: torch.Tensor, frames: list[int] | None = None) ->
 
 # The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
 # frame widths per latent frame, for staying still, moving right, left, up and down. They start at
-# the generator's canonical layout and speed (`videogen.scenes.canonical_start`, SPEED px/frame at
+# the generator's canonical layout and speed (`videogen.training.scenes.canonical_start`, SPEED px/frame at
 # 64 px, 4 frames per latent frame) and are learned from there.
 _V = 0.75 * 4 / 64
 _FRAME_INIT = [[0.5, 0.5, 0.0, 0.0], [0.25, 0.5, _V, 0.0], [0.75, 0.5, -_V, 0.0], [0.5, 0.75, 0.0, -_V], [0.5, 0.25, 0.0, _V]]
@@ -103,7 +103,7 @@ class MotionLayout(nn.Module):
     still and always at the same phase, so drawing it is the same task at every time and place.
     The phases are periodic, as the scenes are (motion wraps around), so any clock is numerically
     fine; the model, though, was trained on clocks up to ~110 latent frames, so streams re-base
-    theirs (`videogen.streaming.rebase_clock`).
+    theirs (`videogen.streaming.stream.rebase_clock`).
     """
 
     def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS, harmonics=LAYOUT_HARMONICS,
@@ -214,7 +214,7 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
 
 
 def load_weights(transformer, encoder, path) -> None:
-    """Load a built-in weights file (keys `transformer.*` and `text.*`, see `videogen.train`)."""
+    """Load a built-in weights file (keys `transformer.*` and `text.*`, see `videogen.training.train`)."""
     from safetensors.torch import load_file
 
     state = load_file(str(path))
@@ -274,9 +274,9 @@ def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
 
 
 def weights_file(variant: str = "builtin", weights: str = "builtin.safetensors") -> Path:
-    from videogen import settings
+    from videogen.config import environment
 
-    return settings.builtin_weights(WEIGHTS_DIR / weights, variant)
+    return environment.builtin_weights(WEIGHTS_DIR / weights, variant)
 
 
 def is_trained(variant: str = "builtin", weights: str = "builtin.safetensors") -> bool:

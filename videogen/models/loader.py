@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from videogen.errors import InvalidOption, ModelLoadError
-from videogen.presets import Preset, default_preset_name, get_preset, preset_for_folder
+from videogen.config.presets import Preset, default_preset_name, get_preset, preset_for_folder
 
 REQUIRED_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
@@ -142,7 +142,7 @@ def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", at
         vm = _load_diffusers(preset, dev, dt)
     if checkpoint is not None:
         _load_checkpoint(vm, checkpoint)
-    from videogen.attention import install_attention
+    from videogen.attention.sparse import install_attention
 
     vm.attention = install_attention(vm, attention or preset.attention)
     return vm

@@ -200,9 +200,9 @@ def _torch_load(path: Path) -> Any:
             raise ValueError("neither a torch file nor a .safetensors one") from None
     except (RuntimeError, EOFError) as exc:  # e.g. a truncated zip archive
         raise ValueError(f"not a readable torch file ({_first_line(exc)})") from None
-    from videogen import settings
+    from videogen.config import environment
 
-    if not settings.trust_checkpoints():
+    if not environment.trust_checkpoints():
         raise ValueError(f"pickles {refused[1]}, which safe (weights-only) loading refuses; unpickling can run code "
                          f"from the file: set VIDEOGEN_TRUST_CHECKPOINTS=1 to load checkpoints you trust")  # fmt: skip
     warnings.warn(f"{path}: pickles {refused[1]}, which weights_only loading refuses; unpickling the "

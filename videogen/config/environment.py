@@ -1,6 +1,6 @@
 """The one place where videogen's library reads environment variables.
 
-VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the repository's `configs/`)
+VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the presets shipped in the package)
 VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
 VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
 VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS  the same for the causal (streaming) built-in model
@@ -12,11 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
 def config_dir() -> Path:
-    return Path(os.environ.get("VIDEOGEN_CONFIG_DIR", REPO_CONFIG_DIR)).expanduser()
+    """The folder holding models.yaml: $VIDEOGEN_CONFIG_DIR, else `configs/` as installed package
+    data (`videogen.configs`), which works from a wheel as from a checkout."""
+    env = os.environ.get("VIDEOGEN_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    from importlib.resources import files
+
+    return Path(str(files("videogen.configs")))
 
 
 def models_dir() -> Path:

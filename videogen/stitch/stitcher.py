@@ -5,7 +5,7 @@ colour transform toward the shot's anchor (the first segment's *original* statis
 reference image), clamped and scaled by `strength`, (3) applies it ramped from the previous
 segment's transform at the first frame to this one's at the last, (4) crossfades the first O
 frames with the previous segment's held-back last O frames, and (5) measures what it emits for
-the drift report. `videogen.drift` holds the colour science; this module holds the timeline.
+the drift report. `videogen.stitch.drift` holds the colour science; this module holds the timeline.
 
 Frame accounting (exact). Segment 0 of a shot has F0 frames; every later segment's first O
 frames show the same moments as the previous segment's last O frames. `push()` holds back the
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from videogen.drift import (
+from videogen.stitch.drift import (
     ColorLUT,
     ColorTransform,
     DriftConfig,

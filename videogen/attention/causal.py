@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from videogen.attention import apply_rotary
+from videogen.attention.sparse import apply_rotary
 
 
 @dataclass
@@ -40,7 +40,7 @@ class KVCache:
 
     Slot s holds latent frame `frame_of_slot[s]` (-1 = empty). Frame f goes to slot f if f < sink,
     else to sink + (f - sink) % window. `latents` keeps each slot's clean latents so the cache can
-    be rebuilt under a new prompt (`videogen.streaming` re-caching)."""
+    be rebuilt under a new prompt (`videogen.streaming.stream` re-caching)."""
 
     layers: int
     batch: int
@@ -120,7 +120,7 @@ class CausalContext:
     plan: _ChunkPlan | None = None
     # Frames at or past the sinks reach time-dependent conditioning (`_ChunkPlan.frames`) as
     # f - clock_base: a long stream re-bases its clock (and re-writes its cache) to stay within
-    # the clock range the model was trained on (`videogen.streaming.CLOCK_PERIOD`).
+    # the clock range the model was trained on (`videogen.streaming.stream.CLOCK_PERIOD`).
     clock_base: int = 0
 
     def block_causal_mask(self, n_tokens: int, device) -> torch.Tensor:

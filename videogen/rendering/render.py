@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from videogen.errors import InvalidOption, RenderCancelled
-from videogen.io import VideoWriter, check_output_path
-from videogen.pipeline import StepProgress, denoise_segment
-from videogen.plan import RenderPlan, frames_for, plan_render
-from videogen.spec import RenderSpec
+from videogen.io.video import VideoWriter, check_output_path
+from videogen.sampling.loop import StepProgress, denoise_segment
+from videogen.sampling.plan import RenderPlan, frames_for, plan_render
+from videogen.config.spec import RenderSpec
 
 
 @dataclass(frozen=True)
@@ -173,12 +173,12 @@ def render(
     so that a later render can continue it. `continue_from`: such a tail file; this render then
     continues that video (an extension): its first segment is conditioned on the source's last
     latent frames, colour stays anchored to the source's first segment, and `output` holds only
-    the new frames, which follow the source's last frame (`videogen.io.concat_videos` joins them
+    the new frames, which follow the source's last frame (`videogen.io.video.concat_videos` joins them
     without re-encoding).
     """
     from videogen.models.codec import video_to_uint8
     from videogen.models.loader import load_model
-    from videogen.stitch import Stitcher
+    from videogen.stitch.stitcher import Stitcher
 
     spec.validate()
     output = check_output_path(output)

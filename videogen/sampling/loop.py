@@ -35,7 +35,7 @@ def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor:
     `sigma`: x = (1 - sigma) x0 + sigma noise  =>  v = (x - x0) / sigma. Sampling uses the exact
     sigma (floored only against division by zero) so that an Euler step lands on the predicted
     sample. Training does not go through here: its v-loss is the x0 error weighted 1/sigma^2
-    (`videogen.train.flow_matching_loss`)."""
+    (`videogen.training.train.flow_matching_loss`)."""
     return (x - x0) / max(sigma, floor)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from videogen import settings
+from videogen.config import environment
 from videogen.errors import ModelLoadError
 
 ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
@@ -57,7 +57,7 @@ class Preset:
 
 def _resolve_path(raw: str) -> Path:
     p = Path(raw).expanduser()
-    return p if p.is_absolute() else settings.models_dir() / p
+    return p if p.is_absolute() else environment.models_dir() / p
 
 
 @lru_cache(maxsize=4)
@@ -94,11 +94,11 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
 
 
 def load_presets() -> dict[str, Preset]:
-    return dict(_load(settings.config_dir() / "models.yaml")[1])
+    return dict(_load(environment.config_dir() / "models.yaml")[1])
 
 
 def default_preset_name() -> str:
-    return _load(settings.config_dir() / "models.yaml")[0]
+    return _load(environment.config_dir() / "models.yaml")[0]
 
 
 def get_preset(name: str) -> Preset:

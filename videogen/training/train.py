@@ -44,7 +44,7 @@ import torch
 from videogen.errors import InvalidOption
 from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
 from videogen.models.codec import PixelCodec, uint8_to_video
-from videogen.scenes import canonical_start, random_scene, render_scene
+from videogen.training.scenes import canonical_start, random_scene, render_scene
 
 
 @dataclass
@@ -75,7 +75,7 @@ class TrainConfig:
     motion_weight: float = 0.0
     causal_chunk: int = 0  # > 0: block-causal attention over chunks of this many latent frames
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
-    # "muon": Muon (`videogen.optim`) for the hidden weight matrices, AdamW for embeddings, the
+    # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings, the
     # input and output layers, norms, biases and tables; "adamw": AdamW for everything. Measured
     # (benchmarks/optimizer.py, 1,500 steps, held-out x0 error): AdamW at 1e-3 0.0399, Muon at 1e-3
     # 0.0342, 2e-3 0.0291, 4e-3 0.0282, 8e-3 0.0268 (less stable at pure noise); ~45 ms of a ~314 ms step.
@@ -161,7 +161,7 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec):
         elif rng.random() < 0.5:
             # Continues a clean prefix, later in a video that began with the canonical layout: the
             # clock (`frames`, what the moving frames see) is the video's, as when rendering
-            # chains segments (`videogen.rendering.segment_times`) or streaming, so prefix and
+            # chains segments (`videogen.rendering.render.segment_times`) or streaming, so prefix and
             # moving frames agree.
             scene, start = canonical_start(scene, rng), rng.uniform(0, 400)
             frames[b] += start / 4
@@ -183,7 +183,7 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
                        motion_weight: float = 0.0) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
-    `videogen.pipeline.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
+    `videogen.sampling.loop.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
     1/v_floor^2); "hybrid" is their sum with the x0 term weighted 4.
 
     `motion_weight` > 0 adds, under the same per-sample weight, the squared error of the
@@ -199,7 +199,7 @@ def flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, l
     text = encoder.encode_train(captions)
     inputs = encoder.condition(noisy, None, text, frames)
     if causal_chunk:
-        from videogen.streaming import block_causal_forward
+        from videogen.streaming.stream import block_causal_forward
 
         x0 = block_causal_forward(transformer, inputs, timestep, text, causal_chunk)
     else:
@@ -290,7 +290,7 @@ ADAMW_ONLY = ("patch_embedding", "proj_out", "embed.weight", "layout.")
 
 def build_optimizer(cfg: TrainConfig, transformer, encoder):
     """AdamW, or Muon for the hidden matrices + AdamW for the rest (`cfg.optimizer`)."""
-    from videogen.optim import Muon, Optimizers, muon_split
+    from videogen.training.optim import Muon, Optimizers, muon_split
 
     adamw = dict(lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, VideogenError
-from videogen.io import VideoIOError
+from videogen.io.video import VideoIOError
 
 EXIT_BAD_INPUT = 2
 
@@ -118,8 +118,8 @@ def _add_render_parser(sub) -> None:
 
 
 def _spec_from_args(args):
-    from videogen.presets import parse_size
-    from videogen.spec import RenderSpec, Shot
+    from videogen.config.presets import parse_size
+    from videogen.config.spec import RenderSpec, Shot
 
     shots: list[tuple[str, float]] = []
     if args.timeline:
@@ -159,10 +159,10 @@ def _spec_from_args(args):
 def cmd_render(args) -> int:
     from tqdm import tqdm
 
-    from videogen.io import check_output_path
+    from videogen.io.video import check_output_path
     from videogen.models.loader import load_model
-    from videogen.pipeline import StepProgress
-    from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted, prepare, render
+    from videogen.sampling.loop import StepProgress
+    from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted, prepare, render
 
     spec = _spec_from_args(args)
     check_output_path(args.output)
@@ -207,7 +207,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from videogen.presets import default_preset_name, load_presets
+    from videogen.config.presets import default_preset_name, load_presets
 
     presets = load_presets()
     default = default_preset_name()
@@ -229,7 +229,7 @@ def cmd_train(args) -> int:
     from dataclasses import fields
 
     from videogen.models.builtin import CAUSAL_WEIGHTS_FILE, WEIGHTS_FILE
-    from videogen.train import TrainConfig, train_builtin
+    from videogen.training.train import TrainConfig, train_builtin
 
     if args.what != "builtin":
         raise InvalidOption("WHAT", args.what, "only 'builtin' can be trained")
@@ -254,7 +254,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from videogen.evaluate import evaluate_builtin, format_json
+    from videogen.training.evaluate import evaluate_builtin, format_json
     from videogen.models.loader import load_model
 
     if args.what != "builtin":
@@ -320,12 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_models)
     _add_train_parser(sub)
     try:
-        from videogen.drift_cli import add_drift_parser
+        from videogen.cli.drift import add_drift_parser
     except ImportError:  # the stitcher's CLI is optional until it lands
         add_drift_parser = None
     if add_drift_parser is not None:
         add_drift_parser(sub)
-    from videogen.stream_cli import add_stream_parser
+    from videogen.cli.stream import add_stream_parser
 
     add_stream_parser(sub)
     # `serve` and `worker` live with the service (workers/, api/): the library does not import
@@ -357,6 +357,3 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     return EXIT_BAD_INPUT
 
-
-if __name__ == "__main__":
-    sys.exit(main())

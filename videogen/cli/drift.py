@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.drift import MODES, DriftConfig, build_report, frame_lab_stats
-from videogen.io import VideoIOError, VideoReader, VideoWriter, check_output_path
-from videogen.stitch import Stitcher
+from videogen.stitch.drift import MODES, DriftConfig, build_report, frame_lab_stats
+from videogen.io.video import VideoIOError, VideoReader, VideoWriter, check_output_path
+from videogen.stitch.stitcher import Stitcher
 
 READ_CHUNK = 16  # frames per pipe read: ~25 MB at 832x480 RGB0
 SEGMENT_BUFFERS = 3  # fix: one being decoded, one being corrected, one being encoded

@@ -65,7 +65,7 @@ class _Sink:
     """Where frames go: an MP4 (VideoWriter), or MJPEG / raw RGB to a file or stdout."""
 
     def __init__(self, output: str, fmt: str, width: int, height: int, fps: float) -> None:
-        from videogen.io import VideoWriter, check_output_path
+        from videogen.io.video import VideoWriter, check_output_path
 
         self.fmt = fmt
         self.writer = None
@@ -109,8 +109,8 @@ def cmd_stream(args) -> int:
     from tqdm import tqdm
 
     from videogen.models.loader import load_model
-    from videogen.presets import parse_size
-    from videogen.streaming import StreamControl, StreamSpec, stream
+    from videogen.config.presets import parse_size
+    from videogen.streaming.stream import StreamControl, StreamSpec, stream
 
     fmt = args.format or ("mjpeg" if args.output == "-" else "mjpeg" if args.output.endswith(".mjpeg") else "mp4")
     if fmt == "mp4" and args.output == "-":

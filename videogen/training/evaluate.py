@@ -2,7 +2,7 @@
 
 Held-out prompts are drawn with a fixed seed that training never uses, in two groups: combinations
 of colour and shape seen in training, and the `HELD_OUT` pairs never shown. Each prompt is
-rendered through the normal `render()` path and scored with `videogen.scenes`' detector:
+rendered through the normal `render()` path and scored with `videogen.training.scenes`' detector:
 
     colour      the named colour is found (>= 50% of frames)
     shape       the blob's median radial profile -> the nearest of circle / square / triangle
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.scenes import (Scene, classify_background, classify_motion, classify_shape, motion_smoothness, random_scene,
+from videogen.training.scenes import (Scene, classify_background, classify_motion, classify_shape, motion_smoothness, random_scene,
                              track_colour)  # fmt: skip
 
 EVAL_SEED = 424242  # training draws scenes from seeds (seed * 1_000_003 + step); this range is disjoint in practice
@@ -77,7 +77,7 @@ def score_frames(frames: np.ndarray, scene: Scene, unseen: bool = False) -> Prom
 
 
 def _streamed(model, prompt: str, seconds: float, seed: int, steps, guidance) -> np.ndarray:
-    from videogen.streaming import StreamSpec, stream
+    from videogen.streaming.stream import StreamSpec, stream
 
     spec = StreamSpec(prompt, seconds=seconds, model=model.preset.name, seed=seed, steps=steps, guidance=guidance)
     return np.concatenate([c.frames for c in stream(spec, model)])
@@ -86,11 +86,11 @@ def _streamed(model, prompt: str, seconds: float, seed: int, steps, guidance) ->
 def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuation: int = 4,
                      steps: int | None = None, guidance: float | None = None, log=None) -> dict:  # fmt: skip
     """Scores `model` (a built-in preset). A block-causal model (`preset.causal`) is scored on its
-    streamed output (`videogen.streaming`), chunk by chunk through the KV cache; its continuation
+    streamed output (`videogen.streaming.stream`), chunk by chunk through the KV cache; its continuation
     check splits one long stream into 8 windows instead of chaining segments."""
-    from videogen.io import VideoReader
-    from videogen.rendering import render
-    from videogen.spec import RenderSpec
+    from videogen.io.video import VideoReader
+    from videogen.rendering.render import render
+    from videogen.config.spec import RenderSpec
 
     streaming = bool(getattr(model.preset, "causal", False))
     scores: list[PromptScore] = []

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from videogen.presets import ATTENTION_BACKENDS
+from videogen.config.presets import ATTENTION_BACKENDS
 
 _KERNEL_BACKEND = {"sparse": "auto", "sparse-triton": "triton", "sparse-cpu": "cpu", "reference": "reference"}
 
@@ -72,7 +72,7 @@ class SparseSelfAttnProcessor:
             key = apply_rotary(key, *rotary_emb)
         q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (B, heads, N, d)
         if self.context.sparse_now(self.layer):
-            from kernels import sparse_video_attention
+            from videogen.kernels import sparse_video_attention
 
             pol = self.context.policy
             grid = self.context.grid

@@ -1,9 +1,9 @@
 """`RenderSpec`: everything a render needs, validated once, shared by the CLI, server and workers;
-`StreamSpec`: the same for a live stream (`videogen.streaming`).
+`StreamSpec`: the same for a live stream (`videogen.streaming.stream`).
 
 A spec is plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job store and the
 queue can carry it. Model-dependent checks (size divisibility, frame rules) happen in
-`videogen.rendering` once the model's codec is known; everything else is checked here.
+`videogen.rendering.render` once the model's codec is known; everything else is checked here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from videogen.errors import InvalidOption
-from videogen.presets import ATTENTION_BACKENDS
+from videogen.config.presets import ATTENTION_BACKENDS
 
 # Upper bounds that catch typos (an extra zero) rather than limit real use.
 MAX_SECONDS = 3600.0
@@ -47,7 +47,7 @@ class RenderSpec:
     attention: str | None = None
     device: str = "auto"
     dtype: str = "auto"
-    drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.DriftConfig fields
+    drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.stitcher.DriftConfig fields
     image: str | None = None  # first frame: an image file the video starts from (image-to-video)
 
     @classmethod
@@ -100,7 +100,7 @@ class RenderSpec:
         """The stitcher's `DriftConfig` for this spec; InvalidOption naming `drift_correction.<field>`."""
         import re
 
-        from videogen.drift import DriftConfig
+        from videogen.stitch.drift import DriftConfig
 
         known = set(DriftConfig.__dataclass_fields__)
         for key in self.drift_correction:
@@ -135,7 +135,7 @@ DEFAULT_STREAM_MODEL = "builtin-causal"
 
 @dataclass
 class StreamSpec:
-    """A live stream (`videogen.streaming.stream`): one prompt, switchable at chunk boundaries.
+    """A live stream (`videogen.streaming.stream.stream`): one prompt, switchable at chunk boundaries.
     Plain data like `RenderSpec` (here, not in `streaming`, so the API validates it without torch)."""
 
     prompt: str

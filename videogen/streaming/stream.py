@@ -2,7 +2,7 @@
 it goes, for as long as it is asked to.
 
 The video is made chunk by chunk (C latent frames each). A chunk starts as noise and is denoised
-in S steps by a block-causal model (`videogen.causal`) whose self-attention reads the keys and
+in S steps by a block-causal model (`videogen.attention.causal`) whose self-attention reads the keys and
 values of earlier chunks from a `KVCache`; then one clean-context pass (the denoised chunk at
 timestep 0) writes the chunk's own keys and values into the cache, and the chunk is decoded and
 handed to the caller. This is CausVid / Self-Forcing's inference loop; the cache keeps sink frames
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from videogen.causal import KVCache, chunk_frames_of, chunk_index, install_causal, new_cache, plan_chunk
+from videogen.attention.causal import KVCache, chunk_frames_of, chunk_index, install_causal, new_cache, plan_chunk
 from videogen.errors import InvalidOption, NonFiniteLatents, RenderCancelled
-from videogen.pipeline import guided_velocity, segment_noise
-from videogen.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
+from videogen.sampling.loop import guided_velocity, segment_noise
+from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
 
 
 # Latent frames (16 s at 16 fps) a stream's clock may run past its base before `rebase_clock`;

@@ -1,0 +1,1 @@
+"""Package data: the model presets (`models.yaml`), installed as `videogen.configs`."""
