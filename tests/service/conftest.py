@@ -238,16 +238,17 @@ def db_url(request, tmp_path):
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
         return
     try:
-        import psycopg2
+        import psycopg  # the `[postgres]` extra's driver, which SQLAlchemy 2.1 uses for postgresql://
 
-        conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2)
+        conn = psycopg.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test", connect_timeout=2)
     except Exception as exc:  # no server, no database, no trust auth: all mean "not here"
         pytest.skip(f"PostgreSQL on 127.0.0.1:5432 (db test, user postgres) unreachable: {exc}")
     schema = f"vg_{uuid.uuid4().hex[:10]}"
     conn.autocommit = True
-    conn.cursor().execute(f"CREATE SCHEMA {schema}")
-    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
-    conn.cursor().execute(f"DROP SCHEMA {schema} CASCADE")
+    conn.execute(f"CREATE SCHEMA {schema}")
+    # The documented URL form, no driver suffix: it must work with what `[postgres]` installs.
+    yield f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+    conn.execute(f"DROP SCHEMA {schema} CASCADE")
     conn.close()
 
 
