@@ -41,7 +41,23 @@ def _error(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _missing_server_extra(command: str, modules: tuple[str, ...]) -> str | None:
+    """The one-line error for a library-only install (`pip install videogen` without `[server]`)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return f"`videogen {command}` needs the server extra: pip install 'videogen[server]' (missing: {', '.join(missing)})"
+
+
+SERVE_MODULES = ("fastapi", "uvicorn", "pydantic_settings", "sqlalchemy", "multipart")
+WORKER_MODULES = ("celery", "redis", "pydantic_settings", "sqlalchemy")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    if (message := _missing_server_extra("serve", SERVE_MODULES)) is not None:
+        return _error(message)
     from videogen.api.settings import ServiceSettings, is_loopback
 
     overrides = {}
@@ -78,6 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if (message := _missing_server_extra("worker", WORKER_MODULES)) is not None:
+        return _error(message)
     if args.gpu is not None:
         if args.gpu < 0:
             return _error(f"--gpu={args.gpu}: must be a GPU index >= 0")
