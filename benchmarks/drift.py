@@ -1,5 +1,5 @@
 """Drift benchmark: a chain of procedurally drawn moving scenes with compounding drift, corrected
-by `videogen drift fix`, measured by `videogen.stitch.drift`.
+by `videogen drift fix`, measured by `videogen.stitch.report`.
 
 The scene: a textured background (two gradients plus a sum of oriented sinusoids) panning
 slowly, and six coloured discs and boxes moving on Lissajous paths. A "chain" cuts the scene's
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,14 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.stitch.drift import (
-    _U8_TO_LINEAR,
-    build_report,
-    frame_lab_stats,
-    linear_to_srgb,
-    srgb_to_linear,
-)
 from videogen.io.video import VideoReader, VideoWriter
+from videogen.stitch.colour import U8_TO_LINEAR, linear_to_srgb
+from videogen.stitch.report import build_report
+from videogen.stitch.stats import frame_lab_stats
 
 
 class Scene:
@@ -88,7 +83,7 @@ class Scene:
 
 def drift_tables(k: int, light: float = 0.96, tint: float = 0.015, contrast: float = 0.98) -> np.ndarray:
     """Per-channel uint8 -> uint8 tables `(3, 256)` for drift compounded k times."""
-    lin = _U8_TO_LINEAR[None, :] * (light**k) * np.array([(1 + tint) ** k, 1.0, (1 - tint) ** k])[:, None]
+    lin = U8_TO_LINEAR[None, :] * (light**k) * np.array([(1 + tint) ** k, 1.0, (1 - tint) ** k])[:, None]
     v = linear_to_srgb(np.clip(lin, 0, 1))
     v = 0.5 + (v - 0.5) * contrast**k
     return np.clip(np.round(v * 255), 0, 255).astype(np.uint8)

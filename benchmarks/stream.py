@@ -44,7 +44,8 @@ def main() -> None:
     args = p.parse_args()
     warnings.simplefilter("ignore")
 
-    from videogen.stitch.drift import build_report, frame_lab_stats
+    from videogen.stitch.report import build_report
+    from videogen.stitch.stats import frame_lab_stats
     from videogen.models.loader import load_model
     from videogen.rendering.render import render
     from videogen.config.spec import RenderSpec

@@ -5,7 +5,7 @@
         print(event)
 
 Imports are lazy so that torch-free parts (`videogen.config.spec`, `videogen.errors`, `videogen.config.presets`,
-`videogen.stitch.drift`) can be used by the API process without loading torch.
+`videogen.stitch.config`) can be used by the API process without loading torch.
 """
 
 __version__ = "0.1.0"

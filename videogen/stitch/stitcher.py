@@ -5,7 +5,8 @@ colour transform toward the shot's anchor (the first segment's *original* statis
 reference image), clamped and scaled by `strength`, (3) applies it ramped from the previous
 segment's transform at the first frame to this one's at the last, (4) crossfades the first O
 frames with the previous segment's held-back last O frames, and (5) measures what it emits for
-the drift report. `videogen.stitch.drift` holds the colour science; this module holds the timeline.
+the drift report. The other modules of `videogen.stitch` hold the colour science (map in its
+`__init__`); this module holds the timeline.
 
 Frame accounting (exact). Segment 0 of a shot has F0 frames; every later segment's first O
 frames show the same moments as the previous segment's last O frames. `push()` holds back the
@@ -32,26 +33,22 @@ Usage, as the render loop calls it::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from videogen.stitch.drift import (
-    ColorLUT,
-    ColorTransform,
-    DriftConfig,
-    DriftReport,
-    LabStats,
-    _lab_moments,
-    adain_latents,
-    apply_ramped,
-    build_report,
-    crossfade,
-    fit_transform,
-    frame_lab_stats,
-    latent_channel_stats,
-    load_reference_stats,
-)
+from videogen.stitch.config import DriftConfig
+from videogen.stitch.latent import adain_latents, latent_channel_stats
+from videogen.stitch.lut import ColorLUT, apply_ramped
+from videogen.stitch.report import DriftReport, build_report
+from videogen.stitch.seams import crossfade
+from videogen.stitch.stats import LabStats, frame_lab_stats, lab_moments, load_reference_stats
+from videogen.stitch.transfer import ColorTransform, fit_transform
 
-__all__ = ["Stitcher", "DriftConfig"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["DriftConfig", "Stitcher"]
 
 STATE_VERSION = 1
 # the seam alignment is continuity, not anchoring: full strength, clamps of the defaults
@@ -82,7 +79,7 @@ class Stitcher:
         self._emitted = 0  # frames returned so far
         self._held: np.ndarray | None = None  # last O corrected frames of the previous segment
         self._anchor: LabStats | None = None
-        self._prev: ColorTransform | None = None  # transform at the end of the previous segment
+        self._prev: ColorTransform | None = None  # the previous segment's transform (kept in the saved state)
         self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
         self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
         self._latent_segments = 0  # on_latents() calls in the current shot
@@ -109,7 +106,7 @@ class Stitcher:
         self._shot_starts.append(self._emitted)
         return tail
 
-    def on_latents(self, latents):
+    def on_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Segment latents `(B, C, F, h, w)` after denoising, before decode and handoff. With
         `config.latent`, the shot's first call sets the anchor and later calls return latents
         AdaIN-ed toward it (clamped, ramped, `latent_factor * strength`); otherwise the input."""
@@ -136,80 +133,103 @@ class Stitcher:
         and return a view of it: no segment-sized allocation (`drift fix` hands it a buffer it
         owns; the buffer stays busy until the returned frames are written)."""
         frames = np.asarray(frames)
-        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] not in (3, 4):
-            raise ValueError(f"`frames` must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
-        if self._frame_shape is None:
-            self._frame_shape = frames.shape[1:3]
-        elif frames.shape[1:3] != self._frame_shape:
-            raise ValueError(f"`frames` are {frames.shape[2]}x{frames.shape[1]}, earlier segments were "
-                             f"{self._frame_shape[1]}x{self._frame_shape[0]}")  # fmt: skip
+        self._check_frames(frames)
         if self._shot < 0:
             self.new_shot()
-        O, T = self.overlap, len(frames)
         first = self._seg_in_shot == 0
-        if T < 1 or (not first and T < O):
-            raise ValueError(f"`frames`: a later segment with overlap {O} needs at least {O} frames, got {T}")
-        if not first and O and (self._held is None or len(self._held) < O):
-            raise ValueError(f"`frames`: the previous segment was shorter than the {O}-frame overlap")
-        cfg = self.config
+        self._check_overlap(len(frames), first)
         inplace = inplace and frames.shape[-1] == 4 and frames.flags.writeable and frames.flags.c_contiguous
-        owned = False  # whether `corrected` may be written (ours, or the caller's with `inplace`)
-        # (1)-(3): per-segment statistics of the ORIGINAL frames -> one transform, ramped
-        if cfg.mode != "off" and cfg.strength > 0:
-            k = O if O else min(SEAM_MATCH_FRAMES, T)  # frames matched at a seam
-            mean, cov = _lab_moments(frames, cfg.stats_stride)  # per frame, pooled below
-            stats = LabStats.of_moments(mean, cov)
-            if first:
-                self._anchor = self._reference if self._reference is not None else stats
-            transform = fit_transform(stats, self._anchor, cfg)
-            lut = None if transform.is_identity else ColorLUT(transform)
-            if first:
-                start_lut = lut  # a shot's first segment: no ramp-in
-            elif cfg.ramp and self._tail_stats is not None:
-                # The ramp starts where the previous segment ended: its first frames are matched
-                # to the previous segment's corrected last frames (with overlap: the same moments;
-                # without: the adjacent ones), so no drift step is left at the seam. Measured on
-                # benchmarks/drift.py, see docs/drift.md ("Correction", step 4).
-                seam = fit_transform(LabStats.of_moments(mean[:k], cov[:k]), self._tail_stats, _SEAM_FIT)
-                start_lut = None if seam.is_identity else ColorLUT(seam)
-            elif cfg.ramp and self._prev is not None and not self._prev.is_identity:
-                start_lut = ColorLUT(self._prev)  # (not reached with the seam fit: tail stats exist)
-            else:
-                start_lut = None  # no ramp: the start is not used
-            corrected = apply_ramped(frames, start_lut, lut, cfg.ramp, out=frames if inplace else None)
-            owned = inplace or corrected is not frames
-            self._prev = transform  # its 32 MiB table is not kept: at most two live per push
-            self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
+        # (1)-(3): one transform per segment toward the anchor, ramped
+        if self.config.mode != "off" and self.config.strength > 0:
+            corrected, owned = self._correct(frames, first, inplace)
         else:
             if first:
-                self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, cfg.stats_stride)
-            corrected = frames
-            owned = inplace
+                self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, self.config.stats_stride)
+            corrected, owned = frames, inplace
         if first:
+            assert self._anchor is not None
             self._anchor_means.append(self._anchor.mean.copy())
         # (4): seam crossfade with the held-back frames
-        self._segment_starts.append(self._emitted)
-        self._segment_shots.append(self._shot)
-        keep_back = min(O, T)  # a shot shorter than the overlap is a single segment: hold it all
-        if first or O == 0:
-            if not first:
-                self._seams.append((self._emitted, self._emitted))  # hard cut inside the shot
-        else:
-            if not owned:
-                corrected = corrected.copy()  # never write into the caller's frames
-            # in place: the blend replaces the first O frames (they show the same moments)
-            crossfade(self._held, corrected[:O], cfg.blend_space, out=corrected[:O])
-            self._seams.append((self._emitted, self._emitted + O))
-            # A short segment (the trimmed last one of a shot, T < 2*O) holds back part of its own
-            # crossfade; the arithmetic is the same either way.
-        body = corrected[: T - keep_back]
-        self._held = corrected[T - keep_back :].copy() if O else None
-        self._seg_in_shot += 1
-        return self._emit(body)
+        return self._blend_and_emit(corrected, owned, first)
 
     def flush(self) -> np.ndarray:
         """The held-back frames of the last segment (call once, at the end)."""
         return self._release_held()
+
+    # -- one segment, step by step ----------------------------------------------------------------
+
+    def _check_frames(self, frames: np.ndarray) -> None:
+        """uint8 `(T, H, W, 3|4)` of the video's frame size (the first segment fixes it)."""
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] not in (3, 4):
+            raise ValueError(f"`frames` must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
+        if self._frame_shape is None:
+            self._frame_shape = (frames.shape[1], frames.shape[2])
+        elif frames.shape[1:3] != self._frame_shape:
+            raise ValueError(f"`frames` are {frames.shape[2]}x{frames.shape[1]}, earlier segments were "
+                             f"{self._frame_shape[1]}x{self._frame_shape[0]}")  # fmt: skip
+
+    def _check_overlap(self, num_frames: int, first: bool) -> None:
+        """A later segment must cover the overlap, and so must the frames held back from the last."""
+        overlap = self.overlap
+        if num_frames < 1 or (not first and num_frames < overlap):
+            raise ValueError(f"`frames`: a later segment with overlap {overlap} needs at least {overlap} frames, got {num_frames}")
+        if not first and overlap and (self._held is None or len(self._held) < overlap):
+            raise ValueError(f"`frames`: the previous segment was shorter than the {overlap}-frame overlap")
+
+    def _correct(self, frames: np.ndarray, first: bool, inplace: bool) -> tuple[np.ndarray, bool]:
+        """Fit this segment's transform toward the anchor from its ORIGINAL frames and apply it,
+        ramped in from the seam. Returns the corrected frames and whether they may be written
+        (ours, or the caller's with `inplace`)."""
+        cfg, T = self.config, len(frames)
+        k = self.overlap if self.overlap else min(SEAM_MATCH_FRAMES, T)  # frames matched at a seam
+        mean, cov = lab_moments(frames, cfg.stats_stride)  # per frame, pooled below
+        stats = LabStats.of_moments(mean, cov)
+        if first:
+            self._anchor = self._reference if self._reference is not None else stats
+        assert self._anchor is not None  # set by the shot's first segment
+        transform = fit_transform(stats, self._anchor, cfg)
+        lut = None if transform.is_identity else ColorLUT(transform)
+        start_lut = lut if first else self._ramp_start(mean[:k], cov[:k])  # a shot's first: no ramp-in
+        corrected = apply_ramped(frames, start_lut, lut, cfg.ramp, out=frames if inplace else None)
+        self._prev = transform  # its 32 MiB table is not kept: at most two live per push
+        self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
+        return corrected, inplace or corrected is not frames
+
+    def _ramp_start(self, head_mean: np.ndarray, head_cov: np.ndarray) -> ColorLUT | None:
+        """The ramp's start for a later segment, from its first k frames' moments `(k, 3)`, `(k, 3, 3)`.
+
+        The ramp starts where the previous segment ended: the first frames are matched to the
+        previous segment's corrected last frames (with overlap: the same moments; without: the
+        adjacent ones), so no drift step is left at the seam (docs/drift.md, "Correction", step 4).
+        Without `ramp` the start is not used. The previous segment of a shot went through
+        `_correct` too, so its tail statistics exist whenever this runs."""
+        if not self.config.ramp or self._tail_stats is None:
+            return None
+        seam = fit_transform(LabStats.of_moments(head_mean, head_cov), self._tail_stats, _SEAM_FIT)
+        return None if seam.is_identity else ColorLUT(seam)
+
+    def _blend_and_emit(self, corrected: np.ndarray, owned: bool, first: bool) -> np.ndarray:
+        """Record the segment on the timeline, crossfade its first O frames with the held-back
+        ones, hold back its own last O frames and emit the rest."""
+        overlap, T = self.overlap, len(corrected)
+        self._segment_starts.append(self._emitted)
+        self._segment_shots.append(self._shot)
+        keep_back = min(overlap, T)  # a shot shorter than the overlap is a single segment: hold it all
+        if not first and overlap == 0:
+            self._seams.append((self._emitted, self._emitted))  # hard cut inside the shot
+        elif not first:
+            assert self._held is not None  # _check_overlap
+            if not owned:
+                corrected = corrected.copy()  # never write into the caller's frames
+            # in place: the blend replaces the first O frames (they show the same moments); a
+            # short segment (the trimmed last one of a shot, T < 2*O) holds back part of its own
+            # crossfade, with the same arithmetic
+            crossfade(self._held, corrected[:overlap], self.config.blend_space, out=corrected[:overlap])
+            self._seams.append((self._emitted, self._emitted + overlap))
+        body = corrected[: T - keep_back]
+        self._held = corrected[T - keep_back :].copy() if overlap else None
+        self._seg_in_shot += 1
+        return self._emit(body)
 
     # -- report -----------------------------------------------------------------------------------
 
@@ -256,7 +276,8 @@ class Stitcher:
             raise ValueError(f"`state` version {state.get('version')!r} is not {STATE_VERSION}")
         if state["overlap"] != self.overlap:
             raise ValueError(f"`state` was saved with overlap {state['overlap']}, this stitcher has {self.overlap}")
-        self._frame_shape = None if state["frame_shape"] is None else tuple(state["frame_shape"])
+        shape = state["frame_shape"]
+        self._frame_shape = None if shape is None else (shape[0], shape[1])
         self._shot = int(state["shot"])
         self._seg_in_shot = int(state["seg_in_shot"])
         self._emitted = int(state["emitted"])
@@ -270,7 +291,7 @@ class Stitcher:
         self._stats = [np.asarray(state["stats"], np.float64)]
         self._segment_starts = list(state["segment_starts"])
         self._segment_shots = list(state["segment_shots"])
-        self._seams = [tuple(s) for s in state["seams"]]
+        self._seams = [(a, b) for a, b in state["seams"]]
         self._shot_starts = list(state["shot_starts"])
         self._anchor_means = [np.asarray(m) for m in state["anchor_means"]]
 

@@ -1,25 +1,17 @@
-"""Colour science and metrics of `videogen.stitch.drift`: conversions against known values, dE2000
+"""Colour science and metrics of `videogen.stitch`: conversions against known values, dE2000
 against Sharma's published pairs, transforms (clamp, strength), the LUT, the metrics."""
 
 import numpy as np
 import pytest
 
-from videogen.stitch.drift import (
-    ColorLUT,
-    ColorTransform,
-    DriftConfig,
-    LabStats,
-    apply_ramped,
-    build_report,
-    crossfade,
-    delta_e76,
-    delta_e2000,
-    fit_transform,
-    flicker_index,
-    lab_to_rgb,
-    rgb_to_lab,
-    start_end_contrast,
-)
+from videogen.stitch.colour import LINEAR_TO_U8, U8_TO_LINEAR32, delta_e76, delta_e2000, lab_to_rgb, rgb_to_lab
+from videogen.stitch.config import DriftConfig
+from videogen.stitch.lut import ColorLUT, apply_ramped
+from videogen.stitch.metrics import flicker_index, start_end_contrast
+from videogen.stitch.report import build_report
+from videogen.stitch.seams import crossfade, smoothstep_weights
+from videogen.stitch.stats import LabStats, frame_lab_stats
+from videogen.stitch.transfer import ColorTransform, fit_transform
 
 
 @pytest.mark.parametrize(
@@ -192,13 +184,11 @@ def test_lut_apply_and_mix_equal_the_per_byte_reference():
 
 
 def test_linear_crossfade_equals_the_per_pixel_float_mix():
-    from videogen.stitch.drift import _LINEAR_TO_U8, _U8_TO_LINEAR32, smoothstep_weights
-
     rng = np.random.default_rng(4)
     a, b = rng.integers(0, 256, (2, 5, 8, 8, 3), dtype=np.uint8)
     w = smoothstep_weights(5).astype(np.float32)[:, None, None, None]
-    la, lb = _U8_TO_LINEAR32[a], _U8_TO_LINEAR32[b]
-    ref = _LINEAR_TO_U8[np.clip(np.round((la + (lb - la) * w) * 65535), 0, 65535).astype(np.int32)]
+    la, lb = U8_TO_LINEAR32[a], U8_TO_LINEAR32[b]
+    ref = LINEAR_TO_U8[np.clip(np.round((la + (lb - la) * w) * 65535), 0, 65535).astype(np.int32)]
     assert np.array_equal(crossfade(a, b, "linear"), ref)
     a4, b4 = (np.concatenate([v, np.full((*v.shape[:3], 1), 77, np.uint8)], -1) for v in (a, b))
     got4 = crossfade(a4, b4, "linear", out=b4)  # in place over the incoming frames
@@ -206,8 +196,6 @@ def test_linear_crossfade_equals_the_per_pixel_float_mix():
 
 
 def test_frame_stats_match_lab_of_the_subsampled_pixels():
-    from videogen.stitch.drift import frame_lab_stats
-
     rng = np.random.default_rng(5)
     x = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)
     x[1] //= 16  # dark pixels: the linear branch of f

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.stitch.drift import frame_lab_stats
-from videogen.stitch.stitcher import DriftConfig, Stitcher
+from videogen.stitch.config import DriftConfig
+from videogen.stitch.stats import frame_lab_stats
+from videogen.stitch.stitcher import Stitcher
 
-_spec = importlib.util.spec_from_file_location("drift_bench", Path(__file__).parents[1] / "benchmarks" / "drift.py")
+_spec = importlib.util.spec_from_file_location("drift_bench", Path(__file__).parents[2] / "benchmarks" / "drift.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
