@@ -13,118 +13,25 @@ queue. Whatever Celery redelivers, a job therefore never runs twice at once.
 A stream job (`Job.is_stream`) takes requests while it runs: `request_prompt` queues a prompt
 switch as a `JobControl` row, which its worker takes (and deletes) before each chunk, together
 with `cancel_requested`; the switches it applies are recorded in the job's spec
-(`prompt_switches`) and as `prompt` events.
+(`prompt_switches`) and as `prompt` events. The tables are in `videogen.api.tables`.
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
-import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import (JSON, Boolean, Float, Integer, String, Text, create_engine, delete, event, func,
-                        select, text, update)  # fmt: skip
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy import CursorResult, create_engine, delete, event, func, select, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from .tables import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, TERMINAL, Base, Job, JobControl, JobEvent
 
 log = logging.getLogger("videogen.jobs")
-
-QUEUED, IN_PROGRESS, COMPLETED, FAILED, CANCELLED = "queued", "in_progress", "completed", "failed", "cancelled"
-TERMINAL = (COMPLETED, FAILED, CANCELLED)
-ID_PREFIX = "video_"
-
-
-def new_job_id() -> str:
-    return ID_PREFIX + secrets.token_hex(16)
-
-
-def is_job_id(value: str) -> bool:
-    """Job ids are ours (`video_` + 32 hex digits); only such strings ever become file names."""
-    rest = value[len(ID_PREFIX) :] if value.startswith(ID_PREFIX) else ""
-    return len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Job(Base):
-    """One video job. Times are Unix seconds (float): the same on SQLite and PostgreSQL."""
-
-    __tablename__ = "videogen_jobs"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200), index=True)
-    model: Mapped[str] = mapped_column(String(200))  # the public model name
-    prompt: Mapped[str] = mapped_column(Text)
-    seconds: Mapped[str] = mapped_column(String(32))
-    size: Mapped[str] = mapped_column(String(32))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # videogen RenderSpec.to_dict()
-    source_video_id: Mapped[str | None] = mapped_column(String(40), default=None)  # extensions
-    status: Mapped[str] = mapped_column(String(16), index=True, default=QUEUED)
-    steps_done: Mapped[int] = mapped_column(Integer, default=0)
-    steps_total: Mapped[int] = mapped_column(Integer, default=0)  # 0 until a worker has planned the job
-    segments_done: Mapped[int] = mapped_column(Integer, default=0)
-    segments_total: Mapped[int] = mapped_column(Integer, default=0)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
-    error_message: Mapped[str | None] = mapped_column(Text, default=None)
-    error_param: Mapped[str | None] = mapped_column(String(200), default=None)
-    has_video: Mapped[bool] = mapped_column(Boolean, default=False)  # files live at OutputStorage paths
-    has_thumbnail: Mapped[bool] = mapped_column(Boolean, default=False)
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
-    lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
-    lease_expires: Mapped[float | None] = mapped_column(Float, default=None)
-    created_at: Mapped[float] = mapped_column(Float, index=True)
-    started_at: Mapped[float | None] = mapped_column(Float, default=None)
-    completed_at: Mapped[float | None] = mapped_column(Float, default=None)
-    expires_at: Mapped[float | None] = mapped_column(Float, default=None)
-
-    @property
-    def is_stream(self) -> bool:
-        """A live stream (`stream: true`): `spec` is a `StreamSpec`, `steps_*` count frames and
-        `segments_*` chunks."""
-        return bool(self.spec) and self.spec.get("kind") == "stream"
-
-    @property
-    def progress(self) -> int:
-        """Denoising steps done over steps in all segments (a stream: frames made over frames), in
-        percent; 100 only when completed."""
-        if self.status == COMPLETED:
-            return 100
-        if not self.steps_total:
-            return 0
-        return min(99, 100 * self.steps_done // self.steps_total)
-
-
-class JobEvent(Base):
-    """What the SSE stream replays: status changes, every denoising step, every finished segment;
-    for a stream, every chunk (`progress`) and every prompt switch shown (`prompt`)."""
-
-    __tablename__ = "videogen_job_events"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(String(40), index=True)
-    type: Mapped[str] = mapped_column(String(16))  # status | progress | segment | prompt
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class JobControl(Base):
-    """A request to the worker of a running stream job: today a prompt switch. The worker takes
-    (reads and deletes) them before each chunk; a table rather than a column keeps their order."""
-
-    __tablename__ = "videogen_job_controls"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(String(40), index=True)
-    type: Mapped[str] = mapped_column(String(16))  # prompt
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Float)
 
 
 @dataclass(frozen=True)
@@ -142,6 +49,8 @@ class Page:
 
 
 class JobStore:
+    """Every read and state change of jobs, their events and stream controls: the tables' only writer."""
+
     def __init__(self, url: str, *, output_ttl_seconds: float = 7 * 24 * 3600) -> None:
         self.url = url
         self.output_ttl = output_ttl_seconds
@@ -258,13 +167,13 @@ class JobStore:
         self._log(job, f"prompt switch requested ({len(prompt)} chars)", job.status)
         return job
 
-    def events_after(self, job_id: str, after_id: int, limit: int = 500) -> list[JobEvent]:
+    def events_after(self, job_id: str, after_id: int, limit: int = 500) -> builtins.list[JobEvent]:
         with self.session() as s:
             q = select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after_id)
             return list(s.scalars(q.order_by(JobEvent.id).limit(limit)))
 
     # -- worker side -------------------------------------------------------------------------
-    def next_queued(self, limit: int = 20) -> list[str]:
+    def next_queued(self, limit: int = 20) -> builtins.list[str]:
         """Oldest queued jobs first (candidates for `claim`)."""
         with self.session() as s:
             q = select(Job.id).where(Job.status == QUEUED).order_by(Job.created_at, Job.id).limit(limit)
@@ -274,7 +183,7 @@ class JobStore:
         """Take the job for `worker` if nobody holds a live lease on it. Atomic (one UPDATE)."""
         now = time.time()
         with self.write() as s:
-            result = s.execute(
+            result = cast(CursorResult, s.execute(  # an UPDATE's result: it has a rowcount
                 update(Job)
                 .where(
                     Job.id == job_id,
@@ -283,7 +192,7 @@ class JobStore:
                     (Job.lease_owner.is_(None)) | (Job.lease_owner == worker) | (Job.lease_expires < now),
                 )
                 .values(lease_owner=worker, lease_expires=now + lease_seconds, attempts=Job.attempts + 1)
-            )
+            ))
             if result.rowcount != 1:
                 return None
             return s.get(Job, job_id)
@@ -291,11 +200,11 @@ class JobStore:
     def renew(self, job_id: str, worker: str, lease_seconds: float) -> bool:
         """Extend the lease; False when it is no longer this worker's (it must stop)."""
         with self.write() as s:
-            result = s.execute(
+            result = cast(CursorResult, s.execute(  # an UPDATE's result: it has a rowcount
                 update(Job)
                 .where(Job.id == job_id, Job.lease_owner == worker)
                 .values(lease_expires=time.time() + lease_seconds)
-            )
+            ))
             return result.rowcount == 1
 
     def cancel_requested(self, job_id: str) -> bool:
@@ -323,7 +232,7 @@ class JobStore:
     def record_step(self, job_id: str, worker: str, segment: int, step: int, steps: int) -> None:
         self.record_steps(job_id, worker, [(segment, step, steps)])
 
-    def record_steps(self, job_id: str, worker: str, steps: list[tuple[int, int, int]]) -> None:
+    def record_steps(self, job_id: str, worker: str, steps: builtins.list[tuple[int, int, int]]) -> None:
         """Several denoising steps (segment, step, steps) in one transaction: one progress event
         each. Batching keeps SQLite's single writer free for the API's inserts when steps are fast."""
         if not steps:
@@ -388,7 +297,7 @@ class JobStore:
             self._finish(s, job, status)
             return job
 
-    def requeue_expired(self) -> list[Job]:
+    def requeue_expired(self) -> builtins.list[Job]:
         """Jobs whose worker vanished (lease ran out) go back to `queued`, keeping their checkpoints."""
         now = time.time()
         with self.write() as s:
@@ -405,7 +314,7 @@ class JobStore:
                 self._log(job, "requeued: the worker's lease expired", QUEUED)
         return rows
 
-    def expired(self, now: float | None = None) -> list[Job]:
+    def expired(self, now: float | None = None) -> builtins.list[Job]:
         """Finished jobs past `expires_at`, and deleted jobs that have stopped: their files can go."""
         now = time.time() if now is None else now
         with self.session() as s:

@@ -4,8 +4,8 @@ side by side: held-out x0 error along the run, and the wall time each took.
     python benchmarks/optimizer.py                                   # AdamW vs Muon, 1,500 steps
     python benchmarks/optimizer.py --steps 3000 --every 1000 optimizer=adamw optimizer=muon,lr=2e-3
 
-Each recipe is a comma-separated list of `TrainConfig` fields (`videogen.training.train`) over the shipped
-defaults. Every `--every` steps the run's EMA weights are scored by `videogen.training.train.validation_error`
+Each recipe is a comma-separated list of `TrainConfig` fields (`videogen.training.config`) over the shipped
+defaults. Every `--every` steps the run's EMA weights are scored by `videogen.training.loss.validation_error`
 (fresh 9-latent-frame clips of held-out scenes, colour/shape pairs seen in training and never
 shown, at fixed noise levels): lower is better, and the ratio column is the first recipe's error over
 each other's (> 1: the other is better). Adherence (`videogen eval builtin`) is what the recipe is
@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def _recipe(text: str):
-    from videogen.training.train import TrainConfig
+    from videogen.training.config import TrainConfig
 
     types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     out = {}
@@ -46,7 +46,9 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     from videogen.models.builtin import build_fresh, load_weights
-    from videogen.training.train import TrainConfig, train_builtin, validation_error
+    from videogen.training.config import TrainConfig
+    from videogen.training.loss import validation_error
+    from videogen.training.train import train_builtin
 
     results = []
     for text in args.recipes:

@@ -27,7 +27,9 @@ def main() -> None:
 
     from videogen.models.builtin import build_fresh
     from videogen.models.codec import PixelCodec
-    from videogen.training.train import TrainConfig, _backward, make_batch
+    from videogen.training.config import TrainConfig
+    from videogen.training.data import make_batch
+    from videogen.training.train import _backward
 
     cfg = TrainConfig()
     codec = PixelCodec(4, 4)

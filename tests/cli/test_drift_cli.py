@@ -2,6 +2,7 @@
 
 import argparse
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -72,7 +73,7 @@ def test_fix_bad_options_fail_clearly_without_output(chained, tmp_path, capsys, 
     rc = main(["fix", str(chained), *argv, "-o", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("videogen: error: ") and option in err and "\n" == err[-1] and err.count("\n") == 1
+    assert err.startswith("videogen: error: ") and option in err and err[-1] == "\n" and err.count("\n") == 1
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
@@ -96,7 +97,7 @@ def test_fix_stream_equals_the_in_memory_stitcher_and_reuses_its_buffers(chained
     """The streamed path (decoder into cycled RGB0 buffers, in-place stitching, encoder thread)
     writes exactly the frames of pushing the decoded segments through a Stitcher in memory."""
     import videogen.cli.drift as cli
-    from videogen.stitch.drift import DriftConfig
+    from videogen.stitch.config import DriftConfig
     from videogen.stitch.stitcher import Stitcher
 
     reader = VideoReader(chained, decode_count=False)
@@ -109,7 +110,7 @@ def test_fix_stream_equals_the_in_memory_stitcher_and_reuses_its_buffers(chained
     want = np.concatenate([st.push(s[..., :3].copy()) for s in segs] + [st.flush()])
 
     class Capture(VideoWriter):  # the real writer, plus a copy of every frame written
-        frames: list = []
+        frames: ClassVar[list] = []
 
         def write(self, frames):
             Capture.frames.append(np.array(frames[..., :3]))

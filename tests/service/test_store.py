@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from videogen.api.store import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, Job, JobStore, is_job_id, new_job_id
+from videogen.api.store import JobStore
+from videogen.api.tables import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, Job, is_job_id, new_job_id
 
 
 @pytest.fixture

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.stitch.drift import MODES, DriftConfig, build_report, frame_lab_stats
 from videogen.io.video import VideoIOError, VideoReader, VideoWriter, check_output_path
+from videogen.stitch.config import MODES, DriftConfig
+from videogen.stitch.report import build_report
+from videogen.stitch.stats import frame_lab_stats
 from videogen.stitch.stitcher import Stitcher
 
 READ_CHUNK = 16  # frames per pipe read: ~25 MB at 832x480 RGB0
@@ -225,7 +227,7 @@ def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frame
                 full.put(seg)
         except _Stopped:
             pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        except BaseException as exc:  # handed to the main thread
             errors.append(exc)
         finally:
             full.put(None)
@@ -238,7 +240,7 @@ def fix_stream(reader: VideoReader, stitcher: Stitcher, out: Path, segment_frame
                     writer.write(frames)
                 if buf is not None:
                     free.put(buf)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # handed to the main thread
             errors.append(exc)
             stop.set()
             while ready.get() is not None:  # drain so the producer never blocks

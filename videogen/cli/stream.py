@@ -11,18 +11,21 @@ file holds everything generated so far.
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
 import threading
 import warnings
 from pathlib import Path
 
+from videogen.cli.options import print_library_warnings
 from videogen.errors import InvalidOption
 
 FORMATS = ("mp4", "mjpeg", "raw")
 
 
-def add_stream_parser(sub) -> None:
+def add_stream_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `videogen stream`."""
     p = sub.add_parser("stream", help="generate chunk by chunk and write frames as they are made (experimental)",
                        description="Autoregressive streaming generation with a block-causal model and a KV cache.")  # fmt: skip
     p.add_argument("prompt")
@@ -75,7 +78,7 @@ class _Sink:
         elif output == "-":
             self.stream = sys.stdout.buffer
         else:
-            self.stream = open(check_output_path(output), "wb")
+            self.stream = open(check_output_path(output), "wb")  # noqa: SIM115 - closed by close() or abort()
 
     def write(self, frames) -> None:
         if self.writer is not None:
@@ -105,12 +108,13 @@ class _Sink:
             self.stream.close()
 
 
-def cmd_stream(args) -> int:
+def cmd_stream(args: argparse.Namespace) -> int:
+    """Stream chunks to the sink until the duration, Ctrl-C or a closed pipe ends it."""
     from tqdm import tqdm
 
-    from videogen.models.loader import load_model
     from videogen.config.presets import parse_size
-    from videogen.streaming.stream import StreamControl, StreamSpec, stream
+    from videogen.models.loader import load_model
+    from videogen.streaming.stream import StreamChunk, StreamControl, StreamSpec, stream
 
     fmt = args.format or ("mjpeg" if args.output == "-" else "mjpeg" if args.output.endswith(".mjpeg") else "mp4")
     if fmt == "mp4" and args.output == "-":
@@ -138,9 +142,7 @@ def cmd_stream(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
-    for w in caught:
-        if "videogen" in str(w.filename) and not args.quiet:
-            print(f"videogen: warning: {w.message}", file=sys.stderr)
+    print_library_warnings(caught, args.quiet)
     if not model.preset.causal and spec.checkpoint is None:
         raise InvalidOption("--model", spec.model, "is not a block-causal model (try builtin-causal, or --checkpoint "
                             "with a causal generator's weights)")
@@ -162,16 +164,14 @@ def cmd_stream(args) -> int:
     bar = None if args.quiet else tqdm(total=total, desc="frames", unit="frame", file=sys.stderr)
     frames = 0
     try:
-        chunk = first
-        while True:
+        chunk: StreamChunk | None = first
+        while chunk is not None:
             sink.write(chunk.frames)
             frames += len(chunk.frames)
             if bar is not None:
                 bar.update(len(chunk.frames))
                 bar.set_postfix_str(chunk.prompt[:40])
             chunk = next(gen, None)
-            if chunk is None:
-                break
     except KeyboardInterrupt:
         print("videogen: interrupted: keeping what was generated", file=sys.stderr)
     except BrokenPipeError:  # the player went away: a normal end for a pipe

@@ -17,6 +17,7 @@ in every segment. A streamed (causal) model's video of the same length is cut in
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import tempfile
@@ -25,8 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from videogen.training.scenes import (Scene, classify_background, classify_motion, classify_shape, motion_smoothness, random_scene,
-                             track_colour)  # fmt: skip
+from videogen.training.scenes import (
+    Scene,
+    classify_background,
+    classify_motion,
+    classify_shape,
+    motion_smoothness,
+    random_scene,
+    track_colour,
+)
 
 EVAL_SEED = 424242  # training draws scenes from seeds (seed * 1_000_003 + step); this range is disjoint in practice
 
@@ -83,63 +91,82 @@ def _streamed(model, prompt: str, seconds: float, seed: int, steps, guidance) ->
     return np.concatenate([c.frames for c in stream(spec, model)])
 
 
+def _render_frames(model, prompt: str, seconds: float, seed: int, steps, guidance, path: Path) -> np.ndarray:
+    """The frames of one rendered (or, for a causal model, streamed) video of `prompt`."""
+    from videogen.config.spec import RenderSpec
+    from videogen.io.video import VideoReader
+    from videogen.rendering.render import render
+
+    if getattr(model.preset, "causal", False):
+        return _streamed(model, prompt, seconds, seed, steps, guidance)
+    spec = RenderSpec.single(prompt, seconds, seed=seed, steps=steps, guidance=guidance)
+    for _ in render(spec, path, model=model, thumbnail=False):
+        pass
+    return VideoReader(path).read_all()
+
+
+def _score_prompts(model, tmp: Path, n_seen: int, n_unseen: int, steps, guidance, log) -> list[PromptScore]:
+    """Each held-out prompt rendered for 5 s and scored."""
+    scores: list[PromptScore] = []
+    for i, (scene, unseen) in enumerate(eval_prompts(n_seen, n_unseen)):
+        frames = _render_frames(model, scene.caption(), 5.0, i, steps, guidance, tmp / "v.mp4")
+        s = score_frames(frames, scene, unseen)
+        scores.append(s)
+        if log:
+            log(f"{'unseen' if unseen else 'seen  '} {'OK  ' if s.correct else 'MISS'} {s}")
+    return scores
+
+
+def _check_continuations(model, tmp: Path, n_continuation: int, steps, guidance, log) -> tuple[int, int]:
+    """(segments consistent, segments checked) over `n_continuation` 8-segment chains: each
+    segment must keep the object's colour and direction of motion."""
+    from videogen.config.spec import RenderSpec
+    from videogen.io.video import VideoReader
+    from videogen.rendering.render import RenderStarted, render
+
+    streaming = bool(getattr(model.preset, "causal", False))
+    cont_total = cont_ok = 0
+    rng = random.Random(EVAL_SEED + 1)
+    for i in range(n_continuation):
+        scene = random_scene(rng, held_out="exclude", max_objects=1)
+        while scene.objects[0].motion in ("still", "bouncing"):  # direction must be measurable
+            scene = random_scene(rng, held_out="exclude", max_objects=1)
+        scene = Scene(scene.objects, scene.background, "none")
+        bounds = []
+        # 8 segments of the preset's own length (the length it was trained on), each handing
+        # its last `overlap_frames` frames to the next as a clean prefix.
+        seg, fps = model.preset.segment_seconds, model.preset.fps
+        seconds = seg + 7 * (seg - model.preset.overlap_frames / fps)
+        if streaming:
+            frames = _streamed(model, scene.caption(), seconds, 100 + i, steps, guidance)
+            edges = np.linspace(0, len(frames), 9).astype(int)
+            bounds = list(itertools.pairwise(edges))
+        else:
+            spec = RenderSpec.single(scene.caption(), seconds, seed=100 + i, steps=steps, guidance=guidance)
+            for ev in render(spec, tmp / "c.mp4", model=model, thumbnail=False):
+                if isinstance(ev, RenderStarted):
+                    start = 0
+                    for segment in ev.plan.segments:
+                        bounds.append((start, start + segment.new_frames))
+                        start += segment.new_frames
+            frames = VideoReader(tmp / "c.mp4").read_all()
+        for a, b in bounds[:8]:
+            s = score_frames(frames[a:b], scene)
+            cont_total += 1
+            cont_ok += s.colour and s.motion
+        if log:
+            log(f"continuation {scene.caption()}: {cont_ok}/{cont_total} segments consistent so far")
+    return cont_ok, cont_total
+
+
 def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuation: int = 4,
                      steps: int | None = None, guidance: float | None = None, log=None) -> dict:  # fmt: skip
     """Scores `model` (a built-in preset). A block-causal model (`preset.causal`) is scored on its
     streamed output (`videogen.streaming.stream`), chunk by chunk through the KV cache; its continuation
     check splits one long stream into 8 windows instead of chaining segments."""
-    from videogen.io.video import VideoReader
-    from videogen.rendering.render import render
-    from videogen.config.spec import RenderSpec
-
-    streaming = bool(getattr(model.preset, "causal", False))
-    scores: list[PromptScore] = []
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for i, (scene, unseen) in enumerate(eval_prompts(n_seen, n_unseen)):
-            if streaming:
-                frames = _streamed(model, scene.caption(), 5.0, i, steps, guidance)
-            else:
-                spec = RenderSpec.single(scene.caption(), 5.0, seed=i, steps=steps, guidance=guidance)
-                for _ in render(spec, tmp / "v.mp4", model=model, thumbnail=False):
-                    pass
-                frames = VideoReader(tmp / "v.mp4").read_all()
-            s = score_frames(frames, scene, unseen)
-            scores.append(s)
-            if log:
-                log(f"{'unseen' if unseen else 'seen  '} {'OK  ' if s.correct else 'MISS'} {s}")
-
-        cont_total = cont_ok = 0
-        rng = random.Random(EVAL_SEED + 1)
-        for i in range(n_continuation):
-            scene = random_scene(rng, held_out="exclude", max_objects=1)
-            while scene.objects[0].motion in ("still", "bouncing"):  # direction must be measurable
-                scene = random_scene(rng, held_out="exclude", max_objects=1)
-            scene = Scene(scene.objects, scene.background, "none")
-            bounds = []
-            # 8 segments of the preset's own length (the length it was trained on), each handing
-            # its last `overlap_frames` frames to the next as a clean prefix.
-            seg, fps = model.preset.segment_seconds, model.preset.fps
-            seconds = seg + 7 * (seg - model.preset.overlap_frames / fps)
-            if streaming:
-                frames = _streamed(model, scene.caption(), seconds, 100 + i, steps, guidance)
-                edges = np.linspace(0, len(frames), 9).astype(int)
-                bounds = list(zip(edges[:-1], edges[1:]))
-            else:
-                spec = RenderSpec.single(scene.caption(), seconds, seed=100 + i, steps=steps, guidance=guidance)
-                for ev in render(spec, tmp / "c.mp4", model=model, thumbnail=False):
-                    if type(ev).__name__ == "RenderStarted":
-                        start = 0
-                        for seg in ev.plan.segments:
-                            bounds.append((start, start + seg.new_frames))
-                            start += seg.new_frames
-                frames = VideoReader(tmp / "c.mp4").read_all()
-            for a, b in bounds[:8]:
-                s = score_frames(frames[a:b], scene)
-                cont_total += 1
-                cont_ok += s.colour and s.motion
-            if log:
-                log(f"continuation {scene.caption()}: {cont_ok}/{cont_total} segments consistent so far")
+        scores = _score_prompts(model, Path(tmp), n_seen, n_unseen, steps, guidance, log)
+        cont_ok, cont_total = _check_continuations(model, Path(tmp), n_continuation, steps, guidance, log)
 
     def frac(pred, subset=None):
         chosen = [s for s in scores if subset is None or s.unseen == subset]

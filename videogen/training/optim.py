@@ -7,20 +7,22 @@ Newton-Schulz iteration), so every direction of the update moves at the same rat
 few that dominate a raw gradient. Scaled by 0.2 * sqrt(max(rows, cols)) its per-entry RMS matches
 an AdamW update's (Liu et al.), so the learning rate and schedule of an AdamW recipe carry over.
 
-Our implementation differs from `torch.optim.Muon` in two ways, both measured on a 2-core CPU with
-the built-in model's 53 matrices: it runs the iteration in fp32 and batched over matrices of one
-shape (`torch.optim.Muon` loops over them in bf16: 1,226 ms a step on a CPU without native bf16,
-against 46 ms here), and it orthogonalises a fused projection (attention's q/k/v in one
-`in_proj_weight`, Wan's six modulation vectors in one `time_proj`) block by block, as the
-separate matrices they are.
+This implementation differs from `torch.optim.Muon` in two ways. It runs the iteration in fp32,
+batched over matrices of one shape: for the built-in model's 53 matrices on a 2-core CPU without
+native bf16 that is 46 ms a step against `torch.optim.Muon`'s 1,226 ms (docs/builtin-model.md).
+And it orthogonalises a fused projection (attention's q/k/v in one `in_proj_weight`, Wan's six
+modulation vectors in one `time_proj`) block by block, as the separate matrices they are.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 
 import torch
+
+from videogen.training.config import TrainConfig
 
 # Quintic Newton-Schulz coefficients (Jordan et al.): a steep slope at 0 so that 5 steps take every
 # singular value of a norm-1 matrix into ~[0.7, 1.2], which works as well as exactly 1.
@@ -143,3 +145,24 @@ def muon_split(named_params, exclude: tuple[str, ...] = ()) -> tuple[list, list,
         else:
             hidden.append(p)
     return hidden, fused, rest
+
+
+# Layers that stay with AdamW under Muon: the input (patch embedding) and output (proj_out) layers,
+# word embeddings, and the caption layout (its only matrix is the 5 x 64 gate, a row per moving frame).
+ADAMW_ONLY = ("patch_embedding", "proj_out", "embed.weight", "layout.")
+
+
+def build_optimizer(cfg: TrainConfig, transformer: torch.nn.Module,
+                    encoder: torch.nn.Module) -> torch.optim.Optimizer | Optimizers:  # fmt: skip
+    """AdamW, or Muon for the hidden matrices + AdamW for the rest (`cfg.optimizer`)."""
+    adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return adamw([p for m in (transformer, encoder) for p in m.parameters()])
+    if cfg.optimizer != "muon":
+        raise ValueError(f"optimizer must be 'adamw' or 'muon', got {cfg.optimizer!r}")
+    named = [(f"transformer.{n}", p) for n, p in transformer.named_parameters()]
+    named += [(f"text.{n}", p) for n, p in encoder.named_parameters()]
+    hidden, fused, rest = muon_split(named, exclude=ADAMW_ONLY)
+    groups = [{"params": hidden}] + [{"params": [p], "blocks": k} for p, k in fused]
+    muon = Muon(groups, lr=cfg.lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay)
+    return Optimizers(muon, adamw(rest))

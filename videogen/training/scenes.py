@@ -88,7 +88,7 @@ def random_scene(rng: random.Random, *, held_out: str = "exclude", max_objects: 
     """`held_out`: "exclude" (training), "only" (unseen combinations), "any"."""
     n = 1 if max_objects == 1 or rng.random() < 0.7 else 2
     background = rng.choice(list(BACKGROUNDS))
-    objects = []
+    objects: list[SceneObject] = []
     for _ in range(n):
         while True:
             colour, shape = rng.choice(list(PALETTE)), rng.choice(SHAPES)

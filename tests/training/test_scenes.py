@@ -4,10 +4,18 @@ import random
 
 import numpy as np
 
-from videogen.training.evaluate import eval_prompts, score_frames
 from videogen.models.builtin import VOCAB
-from videogen.training.scenes import (HELD_OUT, SHAPES, classify_shape, parse_caption, random_scene, render_scene, shape_profiles,
-                             track_colour)  # fmt: skip
+from videogen.training.evaluate import eval_prompts, score_frames
+from videogen.training.scenes import (
+    HELD_OUT,
+    SHAPES,
+    classify_shape,
+    parse_caption,
+    random_scene,
+    render_scene,
+    shape_profiles,
+    track_colour,
+)
 
 
 def test_scenes_are_deterministic_from_the_seed():

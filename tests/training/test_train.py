@@ -6,7 +6,9 @@ from safetensors.torch import load_file
 
 from videogen.errors import InvalidOption
 from videogen.models.codec import PixelCodec
-from videogen.training.train import TrainConfig, _budget_steps, make_batch, train_builtin
+from videogen.training.config import TrainConfig
+from videogen.training.data import make_batch
+from videogen.training.train import budget_steps, train_builtin
 
 TINY = dict(latent_frames=(5,), batch_tokens=320, warmup=2, checkpoint_every=2, lr=1e-3, compile=False)
 
@@ -52,8 +54,8 @@ def test_resuming_with_another_optimizer_is_a_clear_error(tmp_path):
 
 def test_a_time_budget_sets_the_steps_that_fit_in_what_is_left():
     cfg = TrainConfig(minutes=1.0, warmup=50)
-    assert _budget_steps(cfg, 50, rate=2.0, elapsed=25.0) == 50 + 70  # 35 s left at 2 steps/s
-    assert _budget_steps(cfg, 50, rate=2.0, elapsed=90.0) == 51  # over budget: just past the warm-up
+    assert budget_steps(cfg, 50, rate=2.0, elapsed=25.0) == 50 + 70  # 35 s left at 2 steps/s
+    assert budget_steps(cfg, 50, rate=2.0, elapsed=90.0) == 51  # over budget: just past the warm-up
 
 
 @pytest.mark.slow
@@ -151,7 +153,7 @@ def test_causal_batches_have_whole_chunks_with_one_noise_level_each():
         f = sig.shape[1]
         assert f in (7, 10) and latents.shape[2] == f  # the first frame alone + 2 or 3 chunks of 3
         for row in sig:
-            chunks = [row[:1]] + list(row[1:].split(3))
+            chunks = [row[:1], *row[1:].split(3)]
             assert all(torch.all(c == c[0]) for c in chunks)  # one sigma per chunk
             assert chunks[-1][0] > 0  # the last chunk is always generated
             seen_clean_context |= bool((row == 0).any())
@@ -166,23 +168,23 @@ def test_causal_training_steps_run_and_lower_nothing_to_nan(tmp_path):
 
 
 def test_fresh_clips_spend_the_layout_fraction_at_near_pure_noise():
-    from videogen.training.train import _fresh_sigma
+    from videogen.training.data import fresh_sigma
 
     cfg = TrainConfig()
     g = torch.Generator().manual_seed(0)
-    s = torch.cat([_fresh_sigma(cfg, g) for _ in range(4000)])
+    s = torch.cat([fresh_sigma(cfg, g) for _ in range(4000)])
     assert (s >= 0).all() and (s <= 1).all()
     # layout_frac in [0.85, 1] plus the shifted draw's own share there (u >= 0.654: 0.346)
     expected = cfg.layout_frac + (1 - cfg.layout_frac) * 0.346
     assert abs(float((s >= 0.85).float().mean()) - expected) < 0.03
     plain = TrainConfig(layout_frac=0.0)
-    s0 = torch.cat([_fresh_sigma(plain, g) for _ in range(4000)])
+    s0 = torch.cat([fresh_sigma(plain, g) for _ in range(4000)])
     assert abs(float((s0 >= 0.85).float().mean()) - 0.346) < 0.03
 
 
 def test_the_v_loss_weight_is_capped_by_v_floor():
     from videogen.models.builtin import build_fresh
-    from videogen.training.train import flow_matching_loss
+    from videogen.training.loss import flow_matching_loss
 
     transformer, encoder = build_fresh(0)
     latents = torch.randn(1, 192, 1, 16, 16)
@@ -198,7 +200,7 @@ def test_the_v_loss_weight_is_capped_by_v_floor():
 
 def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
     from videogen.models.builtin import WEIGHTS_FILE, build_fresh, is_trained, load_weights
-    from videogen.training.train import validation_error
+    from videogen.training.loss import validation_error
 
     fresh = build_fresh(0)
     kw = dict(sigmas=(0.5, 1.0), clips=4)
@@ -215,7 +217,7 @@ def test_validation_error_is_repeatable_and_far_lower_for_trained_weights():
 
 
 def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
-    from videogen.training.train import _frame_step_err2
+    from videogen.training.loss import frame_step_err2
 
     codec = PixelCodec()
     g = torch.Generator().manual_seed(0)
@@ -226,7 +228,7 @@ def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
         stutter[:, :, k : k + 4] = target[:, :, k + 3 : k + 4]
     err_video = stutter - target
     err = codec.encode(stutter) - codec.encode(target)
-    got = _frame_step_err2(err)
+    got = frame_step_err2(err)
     assert got.shape == err.shape
     # by hand on the video: squared change of the error between frames k-1 and k of each group
     want = sum(float(((err_video[:, :, k] - err_video[:, :, k - 1]) ** 2).sum())
@@ -237,12 +239,12 @@ def test_the_motion_term_is_the_frame_step_error_and_spares_a_shared_error():
     offset = torch.rand(1, 3, 1, 16, 16, generator=g)
     for k in range(1, 17, 4):
         shifted[:, :, k : k + 4] += offset
-    assert float(_frame_step_err2(codec.encode(shifted) - codec.encode(target)).abs().max()) < 1e-6
+    assert float(frame_step_err2(codec.encode(shifted) - codec.encode(target)).abs().max()) < 1e-6
 
 
 def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
     from videogen.models.builtin import build_fresh
-    from videogen.training.train import flow_matching_loss
+    from videogen.training.loss import flow_matching_loss
 
     transformer, encoder = build_fresh(0)
     g = torch.Generator().manual_seed(1)

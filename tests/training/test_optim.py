@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from videogen.models.builtin import build_fresh
-from videogen.training.optim import Muon, Optimizers, muon_split, orthogonalize
-from videogen.training.train import ADAMW_ONLY, TrainConfig, build_optimizer
+from videogen.training.config import TrainConfig
+from videogen.training.optim import ADAMW_ONLY, Muon, Optimizers, build_optimizer, muon_split, orthogonalize
 
 
 @pytest.mark.parametrize("shape", [(128, 128), (512, 128), (128, 512), (3, 64, 64)])

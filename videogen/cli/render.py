@@ -1,0 +1,183 @@
+"""`videogen render`: a prompt or a timeline of shots to an MP4, a thin consumer of `videogen.render()`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from videogen.cli.options import print_library_warnings
+from videogen.config.presets import parse_size
+from videogen.config.spec import RenderSpec, Shot
+from videogen.errors import InvalidOption
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from videogen.models.loader import VideoModel
+
+
+def _parse_shot(text: str) -> tuple[str, float]:
+    prompt, sep, seconds = text.rpartition(":")
+    if not sep or not prompt.strip():
+        raise InvalidOption("--shot", text, 'expected "PROMPT:SECONDS"')
+    try:
+        return prompt.strip(), float(seconds)
+    except ValueError:
+        raise InvalidOption("--shot", text, f"seconds {seconds!r} is not a number") from None
+
+
+def _load_timeline(path: str) -> list[tuple[str, float]]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidOption("--timeline", path, "file does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        raise InvalidOption("--timeline", path, f"not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
+    shots = data.get("shots") if isinstance(data, dict) else data
+    if not isinstance(shots, list) or not shots:
+        raise InvalidOption("--timeline", path, "expected a list of {prompt, seconds} (or {shots: [...]})")
+    out = []
+    for i, item in enumerate(shots):
+        if not isinstance(item, dict) or "prompt" not in item or "seconds" not in item:
+            raise InvalidOption("--timeline", path, f"entry {i} needs 'prompt' and 'seconds'")
+        out.append((str(item["prompt"]), item["seconds"]))
+    return out
+
+
+def add_render_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `videogen render`."""
+    p = sub.add_parser("render", help="render a video", description="Render a video from a prompt or a timeline of shots.")
+    p.add_argument("prompt", nargs="?", help="what to show (or use --shot / --timeline)")
+    p.add_argument("-o", "--output", required=True, help="output .mp4 path (NAME.thumb.png and the drift report are written beside it)")
+    p.add_argument("--seconds", type=float, help="duration (default 5)")
+    p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
+    p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
+    p.add_argument("--model", default="", help="preset name or local diffusers folder (default: builtin)")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="transformer weights replacing the model's (.safetensors/.pt, original Wan or diffusers names)")  # fmt: skip
+    p.add_argument("--size", help="WIDTHxHEIGHT")
+    p.add_argument("--fps", type=float)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--guidance", type=float)
+    p.add_argument("--flow-shift", type=float)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--negative-prompt", default="")
+    p.add_argument("--segment-seconds", type=float)
+    p.add_argument("--overlap-frames", type=int)
+    p.add_argument("--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)")
+    p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
+    p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
+    p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--workdir", help="checkpoint folder: an interrupted render resumes from its last segment")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_render)
+
+
+def spec_from_args(args: argparse.Namespace) -> RenderSpec:
+    """The `RenderSpec` the options describe, validated (bad input raises `InvalidOption`)."""
+    shots: list[tuple[str, float]] = []
+    if args.timeline:
+        shots += _load_timeline(args.timeline)
+    shots += [_parse_shot(s) for s in args.shot]
+    if shots and (args.prompt or args.seconds is not None):
+        raise InvalidOption("PROMPT", args.prompt or args.seconds, "give either PROMPT [--seconds] or --shot/--timeline, not both")
+    if not shots:
+        if args.prompt is None:
+            raise InvalidOption("PROMPT", "", "a prompt is required (or --shot / --timeline)")
+        shots = [(args.prompt, 5.0 if args.seconds is None else args.seconds)]
+    drift = {}
+    if args.drift_mode is not None:
+        drift["mode"] = args.drift_mode
+    if args.drift_strength is not None:
+        drift["strength"] = args.drift_strength
+    return RenderSpec(
+        shots=[Shot(p, float(s)) for p, s in shots],
+        model=args.model,
+        size=parse_size(args.size, "size") if args.size else None,
+        fps=args.fps,
+        steps=args.steps,
+        guidance=args.guidance,
+        flow_shift=args.flow_shift,
+        seed=args.seed,
+        negative_prompt=args.negative_prompt,
+        segment_seconds=args.segment_seconds,
+        overlap_frames=args.overlap_frames,
+        attention=args.attention,
+        device=args.device,
+        dtype=args.dtype,
+        drift_correction=drift,
+        image=args.image,
+    ).validate()
+
+
+class _ProgressDisplay:
+    """The render's progress on stderr: a header line, a segment bar and a step bar per segment."""
+
+    def __init__(self, model: VideoModel) -> None:
+        self.model = model
+        self.segment_bar: tqdm | None = None
+        self.step_bar: tqdm | None = None
+        self.steps_per_segment = 0
+
+    def show(self, event: object) -> None:
+        from tqdm import tqdm
+
+        from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+        from videogen.sampling.loop import StepProgress
+
+        if isinstance(event, RenderStarted):
+            s = event.settings
+            self.steps_per_segment = s.steps
+            extras = self.model.extras
+            weights = f" with checkpoint {extras['checkpoint']}" if "checkpoint" in extras else ""
+            print(
+                f"videogen: {event.plan.total_frames} frames at {s.width}x{s.height} {s.fps:g} fps, "
+                f"{len(event.plan)} segment(s) x {s.steps} steps, model {self.model.preset.name}{weights}, "
+                f"attention {self.model.attention}",
+                file=sys.stderr,
+            )
+            self.segment_bar = tqdm(total=len(event.plan), desc="segments", unit="seg", position=0, file=sys.stderr)
+        elif isinstance(event, SegmentStarted):
+            self.step_bar = tqdm(total=self.steps_per_segment, desc=f"segment {event.index + 1}",
+                                 unit="step", position=1, leave=False, file=sys.stderr)  # fmt: skip
+        elif isinstance(event, StepProgress) and self.step_bar is not None:
+            self.step_bar.update(1)
+        elif isinstance(event, SegmentFinished):
+            if self.step_bar is not None:
+                self.step_bar.close()
+                self.step_bar = None
+            if self.segment_bar is not None:
+                self.segment_bar.update(1)
+        elif isinstance(event, RenderFinished):
+            if self.segment_bar is not None:
+                self.segment_bar.close()
+            print(f"videogen: wrote {event.video} ({event.frames} frames)", file=sys.stderr)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """Load the model, report all bad input, then render with progress on stderr."""
+    from videogen.io.video import check_output_path
+    from videogen.models.loader import load_model
+    from videogen.rendering.render import prepare, render
+
+    spec = spec_from_args(args)
+    check_output_path(args.output)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention,
+                           checkpoint=args.checkpoint)  # fmt: skip
+    prepare(spec, model)  # all bad input is reported before any work starts
+    print_library_warnings(caught, args.quiet)
+    progress = None if args.quiet else _ProgressDisplay(model)
+    for event in render(spec, args.output, model=model, workdir=args.workdir):
+        if progress is not None:
+            progress.show(event)
+    return 0

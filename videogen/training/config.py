@@ -1,0 +1,63 @@
+"""`TrainConfig`: the built-in model's training recipe, one commented field per choice.
+
+The figures behind each default (loss weighting, optimiser, step count) are in
+docs/builtin-model.md ("The recipe" and "Experiments").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    # The shipped weights' recipe: the step count `--minutes 60` sets on a 2-core CPU (3.27 steps/s);
+    # it scores adherence 1.0 on 24 held-out prompts (docs/builtin-model.md).
+    steps: int = 11739
+    # Clips of 5 and 9 latent frames (17 and 33 frames; 64 tokens per latent frame). The built-in
+    # preset renders 2 s segments (9 latent frames) and chains them, so training never needs the
+    # quadratic cost of long clips; 2,048 tokens per batch is ~0.2-0.5 s per step on 2 cores (by CPU).
+    batch_tokens: int = 2048
+    # Clip lengths in latent frames, drawn uniformly per batch. 1 = a still image (as Wan trains on
+    # images too): 32 scenes per batch teach shapes and colours fast; 9 = the preset's segment.
+    latent_frames: tuple[int, ...] = (1, 1, 3, 5, 9, 9)
+    # "v": the velocity implied by the predicted sample vs the true one (x0 error / sigma^2; sharp
+    # detail); "x0": the clean sample (layout at high noise); "hybrid": both (x0 error weighted
+    # 1/sigma^2 + 4), which keeps the v-loss's detail and weights high noise 5x more.
+    loss: str = "hybrid"
+    # The v-loss's 1/sigma^2 weight is capped at 1/v_floor^2 so that near-clean samples do not
+    # outweigh the high-noise ones, where the model learns where a caption puts its object.
+    v_floor: float = 0.5
+    # Weight of the temporal-difference term (`flow_matching_loss`): the error of each frame's
+    # change from the frame before, within a latent frame's 4 video frames. 0: off, as in the
+    # recipe: it smooths the measured motion but not the picture (docs/builtin-model.md, "4 Hz stutter").
+    motion_weight: float = 0.0
+    causal_chunk: int = 0  # > 0: block-causal attention over chunks of this many latent frames
+    init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
+    # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
+    # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at
+    # 2e-3 reaches a lower held-out x0 error than AdamW at 1e-3 (0.029 vs 0.040 after 1,500 steps,
+    # benchmarks/optimizer.py) for ~45 ms of a ~314 ms step.
+    optimizer: str = "muon"
+    lr: float = 2e-3
+    muon_momentum: float = 0.95
+    warmup: int = 200
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    ema: float = 0.999
+    caption_dropout: float = 0.1
+    layout_frac: float = 0.4  # fresh clips drawn at sigma in [0.85, 1] (see `fresh_sigma`)
+    shift: float = 3.0
+    seed: int = 0
+    checkpoint_every: int = 250
+    # > 0: also keep the EMA weights every this many steps (`workdir/ema-STEP.safetensors`), so one
+    # run gives its adherence-vs-steps curve (`VIDEOGEN_BUILTIN_WEIGHTS=... videogen eval builtin`)
+    snapshot_every: int = 0
+    size: int = 64
+    # > 0: ignore `steps` and run as many as fit in about this many minutes (see `budget_steps`)
+    minutes: float = 0.0
+    # torch.compile the transformer (inductor, one static graph per clip shape): fuses the
+    # element-wise ops (per-token modulation, RoPE, norms; about a quarter of this small model's
+    # eager step). Falls back to eager where it cannot build (no C compiler); the block-causal
+    # variant stays eager.
+    compile: bool = True

@@ -1,0 +1,110 @@
+"""Training batches for the built-in model: procedural clips, their noise levels and captions.
+
+Noise levels are per latent frame:
+
+    35%  continuation: the first P in 1..4 latent frames clean (timestep 0), the rest at one sigma
+    25%  diffusion forcing: an independent sigma for every latent frame
+    40%  one sigma for the whole clip (as every still image), 40% of them in [0.85, 1]
+
+so one model generates from scratch and continues from a clean prefix (the chained-segment
+handoff). 10% of captions are dropped (empty prompt) so classifier-free guidance works. Every
+batch is a pure function of (seed, step): a resumed run sees exactly the data the uninterrupted
+run would.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from videogen.models.codec import PixelCodec, uint8_to_video
+from videogen.training.config import TrainConfig
+from videogen.training.scenes import Scene, canonical_start, random_scene, render_scene
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str], torch.Tensor]
+
+
+def shifted_sigma(u: torch.Tensor, shift: float) -> torch.Tensor:
+    """Uniform draws in [0, 1] shifted toward high noise, as the sampler's schedule is (Wan's shift)."""
+    return shift * u / (1 + (shift - 1) * u)
+
+
+def fresh_sigma(cfg: TrainConfig, g: torch.Generator) -> torch.Tensor:
+    """One noise level for a clip made from scratch: the shifted-uniform draw, or with probability
+    `cfg.layout_frac` one in [0.85, 1], where the input holds almost nothing and the prediction
+    must come from the caption alone (which object goes where): that is the only place the model
+    learns the layout a caption implies, and a plain draw puts only ~1 sample in 15 there."""
+    u = torch.rand(2, generator=g)
+    if u[0] < cfg.layout_frac:
+        return 0.85 + 0.15 * u[1:]
+    return shifted_sigma(u[1:], cfg.shift)
+
+
+def _causal_sigmas(cfg: TrainConfig, frames_lat: int, rng: random.Random, g: torch.Generator) -> torch.Tensor:
+    """(frames_lat,) for the block-causal variant: independent noise per chunk; each earlier chunk
+    is clean (the KV cache's clean-context pass) with probability 1/2, so both teacher-forced and
+    diffusion-forced contexts occur."""
+    n_chunks = 1 + (frames_lat - 1) // cfg.causal_chunk
+    per_chunk = shifted_sigma(torch.rand(n_chunks, generator=g), cfg.shift)
+    clean = torch.tensor([rng.random() < 0.5 for _ in range(n_chunks - 1)] + [False])
+    sizes = torch.tensor([1] + [cfg.causal_chunk] * (n_chunks - 1))
+    return torch.where(clean, 0.0, per_chunk).repeat_interleave(sizes)
+
+
+def _clip_sigmas(cfg: TrainConfig, frames_lat: int, mode: float, rng: random.Random, g: torch.Generator) -> torch.Tensor:
+    """(frames_lat,) noise levels of one clip; `mode` in [0, 1) picks the kind (module docstring)."""
+    if cfg.causal_chunk:
+        return _causal_sigmas(cfg, frames_lat, rng, g)
+    if frames_lat == 1 or mode >= 0.6:
+        return fresh_sigma(cfg, g).expand(frames_lat)
+    if mode < 0.35:
+        p = rng.randint(1, min(4, frames_lat - 1))
+        sigmas = shifted_sigma(torch.rand(1, generator=g), cfg.shift).repeat(frames_lat)
+        sigmas[:p] = 0.0
+        return sigmas
+    return shifted_sigma(torch.rand(frames_lat, generator=g), cfg.shift)
+
+
+def _place_scene(scene: Scene, made_from_scratch: bool, rng: random.Random) -> tuple[Scene, float, float]:
+    """(scene, start frame, clock offset in latent frames) of one clip."""
+    if made_from_scratch:  # no clean first frame: the canonical layout
+        return canonical_start(scene, rng), 0.0, 0.0
+    if rng.random() < 0.5:
+        # Continues a clean prefix, later in a video that began with the canonical layout: the
+        # clock (`frames`, what the moving frames see) is the video's, as when rendering chains
+        # segments (`videogen.rendering.render.segment_times`) or streaming, so prefix and moving
+        # frames agree.
+        scene, start = canonical_start(scene, rng), rng.uniform(0, 400)
+        return scene, start, start / 4
+    # Continues a prefix that is anywhere at any time (an extended video, a start image, a prompt
+    # switch): the clock says nothing, so only the prefix can tell where it is.
+    start = rng.uniform(0, 400)
+    return scene, start, rng.uniform(0, 100)
+
+
+def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
+    """(latents (B,C,F,h,w), sigmas (B,F), noise, captions, frames (B,F)) for `step`, deterministic
+    from (seed, step). `frames`: each clip's latent frames' indices in its video (0..F-1; for the
+    causal variant, a clip that continues a clean first frame sits anywhere in a long stream)."""
+    rng = random.Random(cfg.seed * 1_000_003 + step)
+    frames_lat = rng.choice(cfg.latent_frames)
+    if cfg.causal_chunk:  # the first frame alone, then whole chunks (at least two: context + generated)
+        frames_lat = 1 + cfg.causal_chunk * max(2, -(-(frames_lat - 1) // cfg.causal_chunk))
+    tokens_per_clip = frames_lat * (cfg.size // 8) ** 2
+    batch = max(1, cfg.batch_tokens // tokens_per_clip)
+    num_frames = 4 * (frames_lat - 1) + 1
+    g = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+    sigmas = torch.empty(batch, frames_lat)
+    clips, captions = [], []
+    frames = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1)  # (B, F)
+    for b in range(batch):
+        sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
+        scene, start, clock_offset = _place_scene(random_scene(rng), bool(sigmas[b, 0] > 0), rng)
+        frames[b] += clock_offset
+        clips.append(render_scene(scene, num_frames, cfg.size, start=start))
+        captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
+    video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
+    latents = codec.encode(video)
+    noise = torch.randn(latents.shape, generator=g)
+    return latents, sigmas, noise, captions, frames
