@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-EXIT_BAD_INPUT = 2
+from videogen.cli.options import EXIT_BAD_INPUT
 
 
 def add_service_commands(sub) -> None:
