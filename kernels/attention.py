@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from einops import rearrange
 
 from .block_sparse_cpu import gathered_block_sparse_attention
 from .reference import reference_block_sparse_attention, reference_sparse_video_attention
@@ -66,23 +67,17 @@ def sparse_video_attention(
 
     layout = TileLayout.build(grid3, tile3, q.device)
     kv_indices = select_topk_tiles(q, k, layout, density)  # (B, heads, n_tiles, k_sel)
-    B, Hd, N, d = q.shape
-    scale = d**-0.5
+    scale = q.shape[-1] ** -0.5
     if resolved == "reference":
         return reference_sparse_video_attention(q, k, v, layout, kv_indices).to(q.dtype)
     if resolved == "cpu":
         # Gather rows straight from raster order: no permutation into tile order on CPU.
         tile_rows = layout.tile_tokens.clamp(min=0)  # (n_tiles, tile_volume); padding never read
+        q_rows, k_rows, v_rows = (rearrange(t, "b h n d -> (b h) n d") for t in (q, k, v))
         out = gathered_block_sparse_attention(
-            q.reshape(B * Hd, N, d),  # (B*heads, N, d)
-            k.reshape(B * Hd, N, d),
-            v.reshape(B * Hd, N, d),
-            kv_indices,
-            tile_rows,
-            layout.valid_counts,
-            scale,
+            q_rows, k_rows, v_rows, kv_indices, tile_rows, layout.valid_counts, scale
         )  # (B*heads, N, d) fp32
-        return out.view(B, Hd, N, d).to(q.dtype)
+        return rearrange(out, "(b h) n d -> b h n d", b=q.shape[0]).to(q.dtype)
     from .block_sparse_triton import block_sparse_attention_triton
 
     out_tiles = block_sparse_attention_triton(
@@ -154,17 +149,12 @@ def block_sparse_attention(
         out = reference_block_sparse_attention(q_tiles, k_tiles, v_tiles, kv_indices, valid_counts, scale)
         return out.to(q_tiles.dtype)
     if resolved == "cpu":
-        rows = torch.arange(T * Vol, device=q_tiles.device).view(T, Vol)  # slot -> row, identity
+        rows = rearrange(torch.arange(T * Vol, device=q_tiles.device), "(t v) -> t v", t=T)  # slot -> row, identity
+        q_rows, k_rows, v_rows = (rearrange(t, "b h t v d -> (b h) (t v) d") for t in (q_tiles, k_tiles, v_tiles))
         out = gathered_block_sparse_attention(
-            q_tiles.reshape(B * Hd, T * Vol, d),  # (B*heads, n_tiles*tile_volume, d)
-            k_tiles.reshape(B * Hd, T * Vol, d),
-            v_tiles.reshape(B * Hd, T * Vol, d),
-            kv_indices,
-            rows,
-            valid_counts,
-            scale,
-        )
-        return out.view(B, Hd, T, Vol, d).to(q_tiles.dtype)
+            q_rows, k_rows, v_rows, kv_indices, rows, valid_counts, scale
+        )  # (B*heads, n_tiles*tile_volume, d) fp32
+        return rearrange(out, "(b h) (t v) d -> b h t v d", b=B, t=T).to(q_tiles.dtype)
     from .block_sparse_triton import block_sparse_attention_triton
 
     return block_sparse_attention_triton(q_tiles, k_tiles, v_tiles, kv_indices, valid_counts, scale)
@@ -237,7 +227,7 @@ def _as_positive_triple(name: str, value: Sequence[int]) -> tuple[int, int, int]
         raise ValueError(f"`{name}` must be 3 positive integers but is {value!r}") from None
     if len(items) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in items):
         raise ValueError(f"`{name}` must be 3 positive integers but is {value!r}")
-    return items  # type: ignore[return-value]
+    return items
 
 
 def _check_density(density: float) -> None:

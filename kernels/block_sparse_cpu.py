@@ -13,13 +13,15 @@ has to keep its GEMMs large and spend almost nothing around them:
 * No layout copies. Rows are gathered straight from wherever they live (raster order
   or padded tile order) through a ``tile_rows`` map, so ``sparse_video_attention``
   never permutes q, k, v into tile order on CPU.
-* Few, reused buffers. ``index_select`` into a fresh 8 MB tensor ran at 3-9 GB/s (page
+* Few, reused buffers. ``index_select`` into a fresh 8 MB tensor runs at 3-9 GB/s (page
   faults), into a reused buffer at 40-90 GB/s. K and V are gathered side by side as
   2d-wide rows in one call; q once per index group; softmax runs in place.
 * Few parallel regions. Every op is an OpenMP region; when other processes load the
   cores, each costs a scheduling delay, so per-chunk work is 4 ops (gather, bmm,
-  softmax, bmm). Under load, the default OpenMP spin-wait policy made this path 3-7x
+  softmax, bmm). Under load, the default OpenMP spin-wait policy makes this path 3-7x
   slower than ``OMP_WAIT_POLICY=PASSIVE`` (set by ``benchmarks/attention.py``).
+
+Figures: ``docs/kernels.md`` and ``python benchmarks/attention.py``.
 
 Computation runs in fp32 (bf16/fp16 inputs are upcast).
 """
@@ -27,10 +29,11 @@ Computation runs in fp32 (bf16/fp16 inputs are upcast).
 from __future__ import annotations
 
 import torch
+from einops import rearrange
 
-# Per chunk, gathered K (and as many V) elements: 256K fp32 = 1 MB each, cache-sized now that each
-# core runs its own chunks single-threaded. Wan 480p, 2 heads, d=128, quiet 2-core machine, with
-# the per-core work split: 1M 931 ms, 512K 923 ms, 256K 891 ms, 128K 923 ms (dense SDPA 5.5 s).
+# Per chunk, gathered K (and as many V) elements: 256K fp32 = 1 MB each, cache-sized since each
+# core runs its own chunks single-threaded; fastest of 128K-1M at Wan 480p (891 ms vs 923-931 ms,
+# figures in docs/kernels.md).
 CHUNK_ELEMENTS = 256 * 1024
 # Items whose gather indices (and q rows) are built in one vectorised pass: 256 items
 # x 64 rows x d=128 fp32 = 8 MB of gathered q.
@@ -51,7 +54,8 @@ def gathered_block_sparse_attention(
 
     Args:
         q, k, v: ``(BH, R, d)`` rows of each (batch*head); any dtype, computed in fp32.
-        kv_indices: ``(BH, T, k_sel)`` selected key tiles of each query tile.
+        kv_indices: ``(..., T, k_sel)`` selected key tiles of each query tile, leading dims
+            flattening to ``BH`` (e.g. ``(B, heads, T, k_sel)``).
         tile_rows: ``(T, V)`` int64 row of each tile slot; entries at ranks
             ``>= valid_counts[t]`` are never read.
         valid_counts: ``(T,)`` real tokens per tile.
@@ -62,17 +66,17 @@ def gathered_block_sparse_attention(
     """
     BH, R, d = q.shape
     T, V = tile_rows.shape
-    k_sel = kv_indices.shape[-1]
     dev = q.device
-    q_flat = q.reshape(BH * R, d).float()  # (BH*R, d)
+    q_flat = rearrange(q, "bh r d -> (bh r) d").float()
     # K and V side by side: one gather of 2d-wide rows fetches both (one index pass,
     # twice-longer contiguous copies); the GEMMs read the halves through strides.
-    kv_flat = torch.cat([k.reshape(BH * R, d), v.reshape(BH * R, d)], dim=-1).float()  # (BH*R, 2d)
+    # (BH*R, 2d); torch.cat copies once where rearrange([k, v], ...) would stack, then copy again.
+    kv_flat = torch.cat([k.reshape(BH * R, d), v.reshape(BH * R, d)], dim=-1).float()
     out = torch.zeros(BH * R, d, dtype=torch.float32, device=dev)
 
     counts = valid_counts.to(device=dev, dtype=torch.int64)  # (T,)
     tile_rows = tile_rows.to(device=dev, dtype=torch.int64)
-    sel = kv_indices.reshape(BH * T, k_sel).to(torch.int64)  # (items, k_sel), item = bh*T + t
+    sel = rearrange(kv_indices, "... t s -> (... t) s").to(torch.int64)  # (items, k_sel), item = bh*T + t
     row_base = (torch.arange(BH, device=dev) * R).repeat_interleave(T)  # (items,)
     key_len = counts[sel].sum(-1)  # (items,) valid keys each item attends to
     q_count = counts.repeat(BH)  # (items,) valid query rows of each item
@@ -108,9 +112,9 @@ def gathered_block_sparse_attention(
         # One Python thread per core, each running single-threaded torch ops on its own share of
         # the index groups (the ops release the GIL): the per-chunk Python work of one thread
         # overlaps the other's GEMMs, instead of every small op being an OpenMP region that
-        # waits for the slowest thread. Wan 480p on 2 quiet cores: 995-1086 ms with one
-        # multi-threaded loop, 891 ms split (6.2x over dense SDPA instead of 5.1-5.5x). Torch's
-        # intra-op thread count is process-wide, so it is 1 for the duration of this call.
+        # waits for the slowest thread (Wan 480p on 2 quiet cores: 891 ms split vs 995-1086 ms
+        # one multi-threaded loop, docs/kernels.md). Torch's intra-op thread count is
+        # process-wide, so it is 1 for the duration of this call.
         from concurrent.futures import ThreadPoolExecutor
 
         shares = [units[i::workers] for i in range(workers)]
@@ -121,15 +125,17 @@ def gathered_block_sparse_attention(
                     f.result()
         finally:
             torch.set_num_threads(workers)
-    return out.view(BH, R, d)
+    return rearrange(out, "(bh r) d -> bh r d", bh=BH)
 
 
 def _index_group(c, items, q_flat, kv_flat, out, sel, tile_rows, counts, row_base, key_len, q_tile, ranks,
                  kv_buf, s_buf, q_buf, o_buf, scale, chunk_elements, d) -> None:  # fmt: skip
-    """One index group: items (batch*head, query tile) with `c` valid query rows each."""
+    """One index group: items (batch*head, query tile) with `c` valid query rows each.
+
+    Reshapes here are torch views with shape comments, not einops: they run once per chunk,
+    and einops adds ~5 us per call to a view's ~2 us."""
     dev = q_flat.device
     G = items.numel()
-    V = tile_rows.shape[1]
     l_max = int(key_len[items[-1]])
     # Key rows of every item, valid slots compacted to the front: (G, l_max).
     sel_g = sel[items]  # (G, k_sel)

@@ -18,6 +18,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from einops import rearrange
 
 LOG2_E = 1.4426950408889634
 
@@ -117,8 +118,8 @@ def _block_sparse_attention_fwd(
     tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=q_rows[:, None])
 
 
-# Launch configs tried on CUDA (not measured yet: no GPU in the session that wrote this;
-# benchmarks/gpu_check.sh reports the tuned result). The interpreter runs the bare kernel.
+# Launch configs autotuned on CUDA; benchmarks/gpu_check.sh reports the winner and its throughput
+# (docs/kernels.md has no GPU figures yet). The interpreter runs the bare kernel.
 _CONFIGS = [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
 _block_sparse_attention_fwd_tuned = triton.autotune(
     _CONFIGS, key=["HEAD_DIM", "BLOCK_M", "BLOCK_N", "ONE_BLOCK_PER_TILE", "DOT_PRECISION", "k_sel"]
@@ -159,10 +160,8 @@ def block_sparse_attention_triton(
     """
     B, Hd, T, Vol, d = q_tiles.shape
     k_sel = kv_indices.shape[-1]
-    q = q_tiles.reshape(B * Hd, T, Vol, d).contiguous()  # (BH, n_tiles, tile_volume, d)
-    k = k_tiles.reshape(B * Hd, T, Vol, d).contiguous()
-    v = v_tiles.reshape(B * Hd, T, Vol, d).contiguous()
-    idx = kv_indices.reshape(B * Hd, T, k_sel).to(torch.int32).contiguous()  # (BH, n_tiles, k_sel)
+    q, k, v = (rearrange(t, "b h t v d -> (b h) t v d").contiguous() for t in (q_tiles, k_tiles, v_tiles))
+    idx = rearrange(kv_indices, "b h t s -> (b h) t s").to(torch.int32).contiguous()  # (BH, n_tiles, k_sel)
     counts = valid_counts.to(device=q.device, dtype=torch.int32).contiguous()
     out = torch.zeros_like(q)
     block = _block_size(Vol)
@@ -182,4 +181,4 @@ def block_sparse_attention_triton(
         _block_sparse_attention_fwd[grid](*kernel_args, **meta)
     else:
         _block_sparse_attention_fwd_tuned[grid](*kernel_args, **meta)
-    return out.view(B, Hd, T, Vol, d)
+    return rearrange(out, "(b h) t v d -> b h t v d", b=B)

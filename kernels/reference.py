@@ -11,6 +11,7 @@ tests allow the fast backends (see ``tests/kernels/conftest.py``).
 from __future__ import annotations
 
 import torch
+from einops import rearrange
 
 from .tile_layout import TileLayout
 
@@ -86,18 +87,12 @@ def reference_block_sparse_attention(
 
     Returns that shape in ``compute_dtype`` with padding rows zeroed.
     """
-    B, Hd, T, V, d = q_tiles.shape
+    T, V = q_tiles.shape[2:4]
     ranks = torch.arange(V, device=q_tiles.device)
     valid = ranks[None, :] < valid_counts.to(q_tiles.device)[:, None]  # (n_tiles, V)
     slot_tile = torch.arange(T, device=q_tiles.device).repeat_interleave(V)  # (n_tiles*V,)
     key_tiles = torch.where(valid.view(-1), slot_tile, -1)  # padding keys -> -1
     mask = selection_mask(kv_indices, slot_tile, key_tiles, T)  # (B, heads, T*V, T*V)
-    out = masked_dense_attention(
-        q_tiles.reshape(B, Hd, T * V, d),  # (B, heads, T*V, d)
-        k_tiles.reshape(B, Hd, T * V, d),
-        v_tiles.reshape(B, Hd, T * V, d),
-        mask,
-        scale,
-        compute_dtype,
-    ).view(B, Hd, T, V, d)
-    return out * valid[..., None]
+    q, k, v = (rearrange(t, "b h t v d -> b h (t v) d") for t in (q_tiles, k_tiles, v_tiles))
+    out = masked_dense_attention(q, k, v, mask, scale, compute_dtype)  # (B, heads, T*V, d)
+    return rearrange(out, "b h (t v) d -> b h t v d", t=T) * valid[..., None]

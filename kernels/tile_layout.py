@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from einops import rearrange
 
 Grid3 = tuple[int, int, int]
 
@@ -46,11 +47,11 @@ class TileLayout:
     """``(n_tiles, tile_volume)`` int64: raster token held by each padded slot, -1 at padding."""
 
     @staticmethod
-    def build(grid: Grid3, tile: Grid3, device: torch.device | str = "cpu") -> "TileLayout":
+    def build(grid: Grid3, tile: Grid3, device: torch.device | str = "cpu") -> TileLayout:
         """Return the (cached) layout of ``grid`` cut into ``tile`` boxes on ``device``."""
-        grid = tuple(int(g) for g in grid)
-        tile = tuple(int(t) for t in tile)
-        return _build_layout(grid, tile, str(torch.device(device)))
+        grid3 = (int(grid[0]), int(grid[1]), int(grid[2]))
+        tile3 = (int(tile[0]), int(tile[1]), int(tile[2]))
+        return _build_layout(grid3, tile3, str(torch.device(device)))
 
     @property
     def num_tokens(self) -> int:
@@ -67,24 +68,23 @@ class TileLayout:
 
     def to_tiles(self, x: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
         """``(..., N, d)`` raster tokens -> ``(..., n_tiles, tile_volume, d)`` padded tiles."""
-        *lead, n, d = x.shape
+        *lead, _, d = x.shape
         out = x.new_full((*lead, self.num_tiles * self.tile_volume, d), pad_value)
         out.index_copy_(-2, self.slot_of_token, x)  # (..., n_tiles*tile_volume, d)
-        return out.view(*lead, self.num_tiles, self.tile_volume, d)
+        return rearrange(out, "... (t v) d -> ... t v d", v=self.tile_volume)
 
     def from_tiles(self, x_tiles: torch.Tensor) -> torch.Tensor:
         """``(..., n_tiles, tile_volume, d)`` padded tiles -> ``(..., N, d)`` raster tokens."""
-        *lead, t, v, d = x_tiles.shape
-        flat = x_tiles.reshape(*lead, t * v, d)  # (..., n_tiles*tile_volume, d)
+        flat = rearrange(x_tiles, "... t v d -> ... (t v) d")
         return flat.index_select(-2, self.slot_of_token)  # (..., N, d)
 
     def tile_means(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of ``x`` over each tile's *valid* tokens, in fp32: ``(..., N, d) -> (..., n_tiles, d)``."""
-        *lead, n, d = x.shape
+        *lead, _, d = x.shape
         counts = self.valid_counts.to(torch.float32)[:, None]  # (n_tiles, 1)
         if x.device.type == "cpu":
-            # index_add_ runs in order on CPU (deterministic) and was 3-5x faster there
-            # than summing the padded tiles (17-27 ms vs 90 ms at Wan 480p, 2 heads).
+            # index_add_ runs in order on CPU (deterministic) and is 3-5x faster there than
+            # summing the padded tiles (17-27 ms vs 90 ms at Wan 480p, 2 heads).
             sums = x.new_zeros((*lead, self.num_tiles, d), dtype=torch.float32)
             sums.index_add_(-2, self.tile_of_token, x.float())  # (..., n_tiles, d)
             return sums / counts
@@ -127,5 +127,5 @@ def _build_layout(grid: Grid3, tile: Grid3, device: str) -> TileLayout:
         slot_of_token=slot.reshape(-1).to(device),
         tile_of_token=tile_idx.reshape(-1).to(device),
         valid_counts=counts.to(device),
-        tile_tokens=tile_tokens.view(nF * nH * nW, tf * th * tw).to(device),
+        tile_tokens=rearrange(tile_tokens, "(t v) -> t v", v=tf * th * tw).to(device),
     )

@@ -9,19 +9,13 @@ user in a full-suite process to the interpreter, so instead
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # `kernels` is importable without installing the package
-    sys.path.insert(0, str(REPO_ROOT))
-
-from videogen.kernels import TileLayout, select_topk_tiles  # noqa: E402
-from videogen.kernels.reference import reference_sparse_video_attention  # noqa: E402
+from videogen.kernels import TileLayout, select_topk_tiles
+from videogen.kernels.reference import reference_sparse_video_attention
 
 # Slack on top of the reference's own low-precision error: fp32 backends differ from the
 # fp32 reference only by summation order (~1e-7 measured), low-precision ones by rounding.

@@ -64,13 +64,13 @@ def test_wrong_rank():
 
 def test_mismatched_dtypes():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="`v` dtype torch.float16 must equal `q` dtype torch.float32"):
+    with pytest.raises(ValueError, match=r"`v` dtype torch\.float16 must equal `q` dtype torch\.float32"):
         sparse_video_attention(q, k, v.half(), grid=(5, 6, 7))
 
 
 def test_integer_inputs():
     q = torch.ones(1, 2, 210, 32, dtype=torch.int64)
-    with pytest.raises(ValueError, match="`q` must be a floating-point tensor but has dtype torch.int64"):
+    with pytest.raises(ValueError, match=r"`q` must be a floating-point tensor but has dtype torch\.int64"):
         sparse_video_attention(q, q, q, grid=(5, 6, 7))
 
 
@@ -81,13 +81,13 @@ def test_mismatched_devices():
 
 
 def test_head_dim_the_triton_backend_cannot_take():
-    with pytest.raises(ValueError, match="`q` head dim d=48 is not supported by backend 'triton'"):
+    with pytest.raises(ValueError, match=r"`q` head dim d=48 is not supported by backend 'triton'"):
         sparse_video_attention(*_qkv(d=48), grid=(5, 6, 7), backend="triton")
 
 
 @pytest.mark.skipif(torch.cuda.is_available() or is_interpreting(), reason="CPU tensors are valid here")
 def test_triton_backend_on_cpu_tensors_without_the_interpreter():
-    with pytest.raises(ValueError, match="backend 'triton' needs CUDA tensors .* but `q` is on cpu"):
+    with pytest.raises(ValueError, match=r"backend 'triton' needs CUDA tensors .* but `q` is on cpu"):
         sparse_video_attention(*_qkv(), grid=(5, 6, 7), backend="triton")
 
 

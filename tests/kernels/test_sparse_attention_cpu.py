@@ -4,8 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from videogen.kernels import TileLayout, block_sparse_attention, select_topk_tiles, sparse_video_attention
-from videogen.kernels import block_sparse_cpu
+from videogen.kernels import (
+    TileLayout,
+    block_sparse_attention,
+    block_sparse_cpu,
+    select_topk_tiles,
+    sparse_video_attention,
+)
 from videogen.kernels.reference import reference_block_sparse_attention
 
 RAGGED_GRIDS = [(5, 6, 7), (3, 5, 9), (6, 8, 13)]

@@ -22,7 +22,6 @@ REPO_ROOT = HERE.parents[1]
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting in this process")
 def test_triton_backend_passes_under_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     module = str(HERE / "test_sparse_attention_triton.py")
     cmd = [sys.executable, "-m", "pytest", module, "-q", "-p", "no:cacheprovider"]
     result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Video I/O through the ffmpeg binary shipped by `imageio-ffmpeg`.
+"""Video files: streaming writer and reader, probe and join, through ffmpeg (`videogen.io.ffmpeg`).
 
 Frames are piped to ffmpeg as they are produced (`VideoWriter`) and read back as a stream
 (`VideoReader`), so memory stays flat however long the video is. Output is H.264, yuv420p,
@@ -11,24 +11,29 @@ or cancelled render therefore never leaves a partial video behind.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import IO, cast
 
 import numpy as np
+
+from videogen.io.ffmpeg import concat_command, decode_command, encode_command, grow_pipe, pipe_channels, probe_command
 
 
 class VideoIOError(RuntimeError):
     """ffmpeg could not read or write a video."""
 
 
-def ffmpeg_exe() -> str:
-    import imageio_ffmpeg
-
-    return imageio_ffmpeg.get_ffmpeg_exe()
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A pipe that `subprocess.Popen` was asked to open (its type allows None)."""
+    assert stream is not None, "ffmpeg was started without this pipe"
+    return stream
 
 
 def check_output_path(path: str | os.PathLike, option: str = "--output") -> Path:
@@ -44,10 +49,6 @@ def check_output_path(path: str | os.PathLike, option: str = "--output") -> Path
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"`{option}` {str(path)!r} exists and is not writable")
     return p
-
-
-# raw pixel formats on the pipe: "rgb0" pads each pixel to 4 bytes (packed-word processing)
-_PIX_CHANNELS = {"rgb24": 3, "rgb0": 4}
 
 
 class VideoWriter:
@@ -69,29 +70,22 @@ class VideoWriter:
         thumbnail: str | os.PathLike | None = None,
         pix_fmt: str = "rgb24",
     ) -> None:
-        if pix_fmt not in _PIX_CHANNELS:
-            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
+        channels = pipe_channels(pix_fmt)
         if width % 2 or height % 2:
             raise ValueError(f"`size` must have even width and height for yuv420p, got {width}x{height}")
         self.path = Path(path)
         self.width, self.height, self.fps = int(width), int(height), float(fps)
         self.thumbnail = Path(thumbnail) if thumbnail is not None else None
         self.frames_written = 0
-        self.channels = _PIX_CHANNELS[pix_fmt]
+        self.channels = channels
         self._first_frame: np.ndarray | None = None
         self._tmp = self.path.with_name(f".{self.path.name}.part{os.getpid()}.mp4")
-        cmd = [
-            ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "rawvideo", "-pix_fmt", pix_fmt, "-s", f"{self.width}x{self.height}",
-            "-r", f"{self.fps:g}", "-i", "pipe:0",
-            "-an", "-c:v", "libx264", "-preset", preset, "-crf", str(crf),
-            "-pix_fmt", "yuv420p", "-movflags", "+faststart",
-            str(self._tmp),
-        ]  # fmt: skip
-        self._proc: subprocess.Popen | None = subprocess.Popen(
+        cmd = encode_command(self._tmp, self.width, self.height, self.fps, pix_fmt=pix_fmt, crf=crf, preset=preset)
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        _grow_pipe(self._proc.stdin)
+        self._stdin, self._stderr = _pipe(self._proc.stdin), _pipe(self._proc.stderr)
+        grow_pipe(self._stdin)
 
     def write(self, frames: np.ndarray) -> None:
         """Append frames `(T, H, W, 3)` or one frame `(H, W, 3)`, uint8 RGB (4 channels for "rgb0")."""
@@ -110,9 +104,9 @@ class VideoWriter:
             self._first_frame = frames[0, ..., :3].copy()
         try:
             # the array's own buffer: a large write goes straight to the pipe, no bytes copy
-            self._proc.stdin.write(memoryview(np.ascontiguousarray(frames).reshape(-1)))
+            self._stdin.write(np.ascontiguousarray(frames).reshape(-1).data)
         except BrokenPipeError as exc:
-            err = self._proc.stderr.read().decode(errors="replace")
+            err = self._stderr.read().decode(errors="replace")
             self.abort()
             raise VideoIOError(f"ffmpeg stopped accepting frames: {err.strip()}") from exc
         self.frames_written += len(frames)
@@ -122,16 +116,16 @@ class VideoWriter:
         if self._proc is None:
             return self.path
         proc, self._proc = self._proc, None
-        proc.stdin.close()
-        err = proc.stderr.read().decode(errors="replace")
+        self._stdin.close()
+        err = self._stderr.read().decode(errors="replace")
         if proc.wait() != 0 or self.frames_written == 0:
             self._tmp.unlink(missing_ok=True)
             raise VideoIOError(f"ffmpeg failed writing {self.path}: {err.strip() or 'no frames written'}")
         os.replace(self._tmp, self.path)
         if self.thumbnail is not None and self._first_frame is not None:
-            from PIL import Image
+            import imageio.v3 as iio
 
-            Image.fromarray(self._first_frame).save(self.thumbnail)
+            iio.imwrite(self.thumbnail, self._first_frame)
         return self.path
 
     def abort(self) -> None:
@@ -140,14 +134,12 @@ class VideoWriter:
             proc, self._proc = self._proc, None
             proc.kill()
             proc.wait()
-            for stream in (proc.stdin, proc.stderr):
-                try:
+            for stream in (self._stdin, self._stderr):
+                with suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
         self._tmp.unlink(missing_ok=True)
 
-    def __enter__(self) -> "VideoWriter":
+    def __enter__(self) -> VideoWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -155,16 +147,6 @@ class VideoWriter:
             self.close()
         else:
             self.abort()
-
-
-def _grow_pipe(stream, size: int = 1 << 20) -> None:
-    """Ask Linux for a 1 MiB pipe (default 64 KiB): fewer wake-ups per frame. Best effort."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
-    except (OSError, ValueError, ImportError):
-        pass
 
 
 @dataclass(frozen=True)
@@ -191,11 +173,7 @@ def probe(path: str | os.PathLike, decode: bool = True) -> VideoInfo:
     p = Path(path)
     if not p.is_file():
         raise VideoIOError(f"video {str(path)!r} does not exist")
-    copy = [] if decode else ["-c", "copy"]
-    out = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-i", str(p), "-map", "0:v:0", *copy, "-f", "null", "-"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    out = subprocess.run(probe_command(p, decode), capture_output=True, text=True)
     stream = _STREAM_RE.search(out.stderr)
     if out.returncode != 0 or stream is None:
         raise VideoIOError(f"cannot read video {str(path)!r}: not a video file or corrupt")
@@ -222,50 +200,33 @@ class VideoReader:
         return self.info.num_frames
 
     def iter_chunks(self, chunk: int = 16, pix_fmt: str = "rgb24") -> Iterator[np.ndarray]:
-        if pix_fmt not in _PIX_CHANNELS:
-            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
-        c = _PIX_CHANNELS[pix_fmt]
+        c = pipe_channels(pix_fmt)
         w, h = self.info.width, self.info.height
         frame_bytes = w * h * c
-        proc = subprocess.Popen(
-            [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", str(self.path),
-             "-map", "0:v:0", "-f", "rawvideo", "-pix_fmt", pix_fmt, "pipe:1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        try:
+        with self._decoding(pix_fmt) as stdout:
             while True:
-                buf = proc.stdout.read(frame_bytes * chunk)
+                buf = stdout.read(frame_bytes * chunk)
                 if not buf:
                     break
                 n = len(buf) // frame_bytes
                 yield np.frombuffer(buf[: n * frame_bytes], np.uint8).reshape(n, h, w, c)
-        finally:
-            proc.stdout.close()
-            proc.kill()
-            proc.wait()
-            proc.stderr.close()
 
-    def iter_into(self, get_buffer, pix_fmt: str = "rgb0") -> Iterator[np.ndarray]:
+    def iter_into(self, get_buffer: Callable[[], np.ndarray], pix_fmt: str = "rgb0") -> Iterator[np.ndarray]:
         """Decode straight into caller-owned buffers: `get_buffer()` returns a writable C-contiguous
         uint8 array `(N, H, W, C)`; each is filled and yielded as `buf[:n]` (n < N only at the
         end). No per-chunk allocation and no copy after the pipe read."""
-        if pix_fmt not in _PIX_CHANNELS:
-            raise ValueError(f"`pix_fmt` must be one of {', '.join(_PIX_CHANNELS)}, got {pix_fmt!r}")
-        frame_bytes = self.info.width * self.info.height * _PIX_CHANNELS[pix_fmt]
-        proc = subprocess.Popen(
-            [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", str(self.path),
-             "-map", "0:v:0", "-f", "rawvideo", "-pix_fmt", pix_fmt, "pipe:1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
-        )  # fmt: skip
-        _grow_pipe(proc.stdout)
-        try:
+        frame_bytes = self.info.width * self.info.height * pipe_channels(pix_fmt)
+        # bufsize=0: stdout is an unbuffered FileIO, whose readinto fills the caller's buffer directly
+        with self._decoding(pix_fmt, bufsize=0) as stdout:
+            raw = cast(io.FileIO, stdout)
+            grow_pipe(raw)
             eof = False
             while not eof:
                 buf = get_buffer()
-                view = memoryview(buf.reshape(-1))
+                view = buf.reshape(-1).data  # (N*H*W*C,) bytes of buf itself
                 got = 0
                 while got < len(view):
-                    k = proc.stdout.readinto(view[got:])
+                    k = raw.readinto(view[got:])
                     if not k:
                         eof = True
                         break
@@ -273,11 +234,21 @@ class VideoReader:
                 n = got // frame_bytes
                 if n:
                     yield buf[:n]
+
+    @contextmanager
+    def _decoding(self, pix_fmt: str, bufsize: int = -1) -> Iterator[IO[bytes]]:
+        """ffmpeg decoding this video to raw `pix_fmt` frames: yields its stdout, stops it on exit."""
+        proc = subprocess.Popen(
+            decode_command(self.path, pix_fmt), stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=bufsize
+        )
+        stdout, stderr = _pipe(proc.stdout), _pipe(proc.stderr)
+        try:
+            yield stdout
         finally:
-            proc.stdout.close()
+            stdout.close()
             proc.kill()
             proc.wait()
-            proc.stderr.close()
+            stderr.close()
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for chunk in self.iter_chunks(1):
@@ -304,11 +275,7 @@ def concat_videos(parts: list[str | os.PathLike], output: str | os.PathLike) -> 
     tmp = out.with_name(f".{out.name}.part{os.getpid()}.mp4")
     listing.write_text("".join(f"file '{Path(p).resolve().as_posix()}'\n" for p in parts))
     try:
-        run = subprocess.run(
-            [ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y", "-f", "concat", "-safe", "0",
-             "-i", str(listing), "-c", "copy", "-movflags", "+faststart", str(tmp)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        run = subprocess.run(concat_command(listing, tmp), capture_output=True, text=True)
         if run.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise VideoIOError(f"ffmpeg could not join {len(parts)} videos: {run.stderr.strip()}")

@@ -7,9 +7,10 @@ the pixel codec folds 4x4x4 pixel blocks into 192 channels, the transformer patc
 token covers 4 frames x 8x8 pixels; a 5 s segment (81 frames, 21 latent frames) is 21x8x8 = 1,344
 tokens, which a 2-core CPU denoises in seconds.
 
-Trained weights ship as `weights/builtin.safetensors` beside this file once the built-in model has
-been trained (`videogen train builtin`); until then the weights are a fixed random initialisation
-(seed 0), so output is deterministic but not recognisable. `is_trained()` tells which.
+Trained weights ship as `weights/builtin.safetensors` (and `builtin_causal.safetensors` for
+streaming) beside this file, written by `videogen train builtin`; without the file the weights are a
+fixed random initialisation (seed 0), so output is deterministic but not recognisable.
+`is_trained()` tells which.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import warnings
 from pathlib import Path
 
 import torch
+from einops import rearrange, repeat
 from torch import nn
 
+from videogen.config.geometry import BUILTIN_GEOMETRY
 from videogen.models.codec import PixelCodec
 from videogen.models.text import VocabPromptEncoder
 
@@ -43,7 +46,7 @@ LAYOUT_SUBFRAMES = 4  # a latent frame's 4 video frames, each with its own phase
 # per slot and sub-frame: sin/cos of each harmonic of the moving x and y phase
 LAYOUT_CHANNELS = LAYOUT_SLOTS * LAYOUT_SUBFRAMES * len(LAYOUT_HARMONICS) * 4
 TRANSFORMER_CONFIG = dict(
-    patch_size=(1, 2, 2),
+    patch_size=BUILTIN_GEOMETRY.patch_size,
     num_attention_heads=4,
     attention_head_dim=32,
     # 192 pixel channels + x, y, t position channels (`position_channels`) + the caption's moving
@@ -75,9 +78,9 @@ def position_channels(latents: torch.Tensor, frames: list[int] | None = None) ->
     ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=dev, dtype=dt)
     xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=dev, dtype=dt)
     ts = torch.tensor(list(range(f)) if frames is None else frames, device=dev, dtype=dt) / 8
-    grid = torch.stack([xs.view(1, 1, w).expand(f, h, w), ys.view(1, h, 1).expand(f, h, w),
-                        ts.view(f, 1, 1).expand(f, h, w)])  # fmt: skip
-    return grid.unsqueeze(0).expand(b, 3, f, h, w)
+    grid = torch.stack([repeat(xs, "w -> f h w", f=f, h=h), repeat(ys, "h -> f h w", f=f, w=w),
+                        repeat(ts, "f -> f h w", h=h, w=w)])  # fmt: skip
+    return repeat(grid, "c f h w -> b c f h w", b=b)
 
 
 # The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
@@ -92,18 +95,17 @@ LAYOUT_GAIN = 2.0
 class MotionLayout(nn.Module):
     """The caption's objects as moving coordinate frames, given to the transformer as input channels.
 
-    Wan's only text path is cross-attention, which adds the same thing to every token: a small
-    model learns from it which *colour* to draw within a few hundred steps, but *where* (a start
-    position and a velocity, i.e. a product of the caption and the token's position) it had not
-    learned after 6,000 (every motion word drew the same blob, wherever the seed's noise put it).
+    Wan's only text path is cross-attention, which adds the same thing to every token: enough for a
+    small model to learn which *colour* to draw, not *where* (a start position and a velocity, i.e.
+    a product of the caption and the token's position; docs/builtin-model.md has the figures).
     This path makes that product explicit and learned: for each of `LAYOUT_SLOTS` objects, a
     learned query pools the caption's embeddings, a linear gate mixes `frames` learned moving
     frames (x0, y0, vx, vy), and each token gets sin/cos of `LAYOUT_HARMONICS` of its phase in the
     mixed frames at each of its latent frame's video frames. In the right frame a moving object is
     still and always at the same phase, so drawing it is the same task at every time and place.
     The phases are periodic, as the scenes are (motion wraps around), so any clock is numerically
-    fine; the model, though, was trained on clocks up to ~110 latent frames, so streams re-base
-    theirs (`videogen.streaming.stream.rebase_clock`).
+    fine; the shipped weights saw clocks up to ~110 latent frames, so streams re-base theirs
+    (`videogen.streaming.stream.rebase_clock`).
     """
 
     def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS, harmonics=LAYOUT_HARMONICS,
@@ -137,7 +139,7 @@ class MotionLayout(nn.Module):
         t = t.expand(b, f) if t.dim() == 1 else t  # (B, F)
         n = self.subframes
         sub = torch.arange(n, device=dev, dtype=torch.float64) - (n - 1)  # -(n-1)..0, in 1/n latent frames
-        t = (t.double()[..., None] + sub / n).reshape(b, f * n)  # (B, F*n)
+        t = rearrange(t.double()[..., None] + sub / n, "b f n -> b (f n)")
         xs = (torch.arange(w, device=dev, dtype=torch.float32) + 0.5) / w
         ys = (torch.arange(h, device=dev, dtype=torch.float32) + 0.5) / h
         x0, y0, vx, vy = self.frames.unbind(-1)  # (S, J)
@@ -160,10 +162,9 @@ class MotionLayout(nn.Module):
             ax, ay = 2 * torch.pi * m * px, 2 * torch.pi * m * py
             feats += [mix(torch.sin(ax))[..., None, :].expand(shape), mix(torch.cos(ax))[..., None, :].expand(shape),
                       mix(torch.sin(ay))[..., :, None].expand(shape), mix(torch.cos(ay))[..., :, None].expand(shape)]
-        feats = torch.stack(feats, dim=2)  # (B, S, 4H, F*n, h, w)
-        feats = feats.unflatten(3, (f, n)).permute(0, 1, 4, 2, 3, 5, 6)  # (B, S, n, 4H, F, h, w)
-        feats = feats.reshape(b, -1, f, h, w)  # (B, S*n*4H, F, h, w)
-        return (LAYOUT_GAIN * feats).to(latents.dtype)
+        stacked = torch.stack(feats, dim=2)  # (B, S, 4H, F*n, h, w), k = harmonic x (sin/cos x/y)
+        channels = rearrange(stacked, "b s k (f n) h w -> b (s n k) f h w", n=n)
+        return (LAYOUT_GAIN * channels).to(latents.dtype)
 
 
 class BuiltinPromptEncoder(VocabPromptEncoder):
@@ -210,52 +211,24 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
         )
     transformer.eval()
     encoder.eval()
-    return transformer, PixelCodec(4, 4), encoder
+    return transformer, PixelCodec(BUILTIN_GEOMETRY.temporal_factor, BUILTIN_GEOMETRY.spatial_factor), encoder
 
 
 def load_weights(transformer, encoder, path) -> None:
-    """Load a built-in weights file (keys `transformer.*` and `text.*`, see `videogen.training.train`)."""
+    """Load a built-in weights file (keys `transformer.*` and `text.*`, as `videogen.training.train`
+    writes them). A file for another input width or module layout is refused, naming the mismatch."""
     from safetensors.torch import load_file
 
     state = load_file(str(path))
-    key, want = "transformer.patch_embedding.weight", transformer.patch_embedding.weight
-    if key in state and state[key].shape[1] != want.shape[1]:
-        state[key] = _widen_input(state[key].float(), want.shape[1], path)
-    transformer.load_state_dict({k[len("transformer.") :]: v.float() for k, v in state.items() if k.startswith("transformer.")})
-    text = {k[len("text.") :]: v.float() for k, v in state.items() if k.startswith("text.")}
-    missing, unexpected = encoder.load_state_dict(text, strict=False)
-    if unexpected or any(not k.startswith("layout.") for k in missing):
-        raise RuntimeError(f"{path}: text encoder keys do not match (missing {missing}, unexpected {unexpected})")
-    # weights from before `MotionLayout` (missing layout.*) keep its initialisation: its channels
-    # meet zero input weights (`_widen_input`), so they start with no effect
-
-
-# Input layouts of earlier weights: pixels + position channels (before `MotionLayout`), and the
-# first `MotionLayout` (2 harmonics at one time per latent frame, 16 channels).
-_BASE_CHANNELS = 192 + 3
-_V1_HARMONICS = (1, 2)
-
-
-def _widen_input(weight: torch.Tensor, channels: int, path) -> torch.Tensor:
-    """An earlier weights file's patch embedding (out, C_old, ...) on today's `channels` inputs:
-    channels it did not have meet zero weights (they start with no effect); the first layout's
-    channels move to the same phase today (its one time per latent frame is today's last
-    sub-frame, harmonics 1 and 2)."""
-    old = weight.shape[1]
-    out = weight.new_zeros(weight.shape[0], channels, *weight.shape[2:])
-    out[:, :_BASE_CHANNELS] = weight[:, :_BASE_CHANNELS]
-    v1 = LAYOUT_SLOTS * len(_V1_HARMONICS) * 4
-    if old == _BASE_CHANNELS + v1 and channels == _BASE_CHANNELS + LAYOUT_CHANNELS:
-        per_sub = len(LAYOUT_HARMONICS) * 4
-        for slot in range(LAYOUT_SLOTS):
-            for i, m in enumerate(_V1_HARMONICS):
-                src = _BASE_CHANNELS + slot * v1 // LAYOUT_SLOTS + i * 4
-                dst = _BASE_CHANNELS + slot * LAYOUT_SUBFRAMES * per_sub + (LAYOUT_SUBFRAMES - 1) * per_sub + LAYOUT_HARMONICS.index(m) * 4
-                out[:, dst : dst + 4] = weight[:, src : src + 4]
-    elif old != _BASE_CHANNELS:
-        raise RuntimeError(f"{path}: the transformer takes {old} input channels; this version's built-in model takes "
-                           f"{channels} ({_BASE_CHANNELS} without the caption layout, {_BASE_CHANNELS + v1} with its first version)")  # fmt: skip
-    return out
+    key, want = "transformer.patch_embedding.weight", transformer.patch_embedding.weight.shape[1]
+    if key in state and state[key].shape[1] != want:
+        raise RuntimeError(f"{path}: the transformer takes {state[key].shape[1]} input channels; "
+                           f"the built-in model takes {want}")  # fmt: skip
+    for prefix, module in (("transformer.", transformer), ("text.", encoder)):
+        part = {k[len(prefix) :]: v.float() for k, v in state.items() if k.startswith(prefix)}
+        missing, unexpected = module.load_state_dict(part, strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"{path}: {prefix[:-1]} keys do not match (missing {missing}, unexpected {unexpected})")
 
 
 def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
 import torch
+from einops import rearrange
 
 
 class LatentCodec(Protocol):
@@ -45,18 +47,14 @@ class PixelCodec:
             raise ValueError(f"PixelCodec needs {tf}k+1 frames and sides divisible by {s}, got {t}x{h}x{w}")
         # The first frame alone fills a whole group, repeated tf times (Wan's causal first frame).
         video = torch.cat([video[:, :, :1].expand(b, c, tf, h, w), video[:, :, 1:]], dim=2)
-        f = video.shape[2] // tf
-        x = video.reshape(b, c, f, tf, h // s, s, w // s, s)  # (B, 3, F, tf, h, s, w, s)
-        x = x.permute(0, 1, 3, 5, 7, 2, 4, 6)  # (B, 3, tf, s, s, F, h, w)
-        return x.reshape(b, self.latent_channels, f, h // s, w // s).contiguous()
+        return rearrange(video, "b c (f pf) (h ph) (w pw) -> b (c pf ph pw) f h w", pf=tf, ph=s, pw=s)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        b, ch, f, hl, wl = latents.shape
+        ch = latents.shape[1]
         tf, s = self.temporal_factor, self.spatial_factor
         if ch != self.latent_channels:
             raise ValueError(f"PixelCodec expects {self.latent_channels} channels, got {ch}")
-        x = latents.reshape(b, 3, tf, s, s, f, hl, wl).permute(0, 1, 5, 2, 6, 3, 7, 4)  # (B,3,F,tf,h,s,w,s)
-        video = x.reshape(b, 3, f * tf, hl * s, wl * s)
+        video = rearrange(latents, "b (c pf ph pw) f h w -> b c (f pf) (h ph) (w pw)", c=3, pf=tf, ph=s, pw=s)
         # Latent frame 0 decodes to one frame: the last of its group. For a clip's true first frame
         # all tf copies are equal; for a handed-over prefix (a mid-clip latent frame placed first) the
         # last frame is the one that immediately precedes the next latent frame's frames.
@@ -93,13 +91,13 @@ class WanVAECodec:
         return video.float().clamp(-1, 1)
 
 
-def video_to_uint8(video: torch.Tensor) -> "np.ndarray":  # noqa: F821
+def video_to_uint8(video: torch.Tensor) -> np.ndarray:
     """(B=1, 3, T, H, W) in [-1, 1] -> numpy uint8 (T, H, W, 3)."""
     x = ((video[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return x.permute(1, 2, 3, 0).cpu().numpy()
+    return rearrange(x, "c t h w -> t h w c").cpu().numpy()
 
 
-def uint8_to_video(frames) -> torch.Tensor:
+def uint8_to_video(frames: np.ndarray) -> torch.Tensor:
     """numpy uint8 (T, H, W, 3) -> (1, 3, T, H, W) float32 in [-1, 1]."""
-    x = torch.as_tensor(frames).permute(3, 0, 1, 2).float()
-    return (x / 127.5 - 1.0).unsqueeze(0)
+    x = torch.as_tensor(frames).float()
+    return rearrange(x / 127.5 - 1.0, "t h w c -> 1 c t h w")

@@ -54,7 +54,7 @@ class VocabPromptEncoder(nn.Module):
         self.pos = nn.Parameter(torch.zeros(max_length, dim))
         # A few self-attention layers make each word's embedding depend on its context, so that
         # "white" in "a white circle" and in "on a white background" reach the video model as
-        # different things (a bag of position-tagged words left colours unbound to their roles).
+        # different things: position-tagged words alone leave colours unbound to their roles.
         self.context = nn.ModuleList(
             nn.TransformerEncoderLayer(dim, heads, dim * 2, dropout=0.0, batch_first=True, norm_first=True)
             for _ in range(layers)

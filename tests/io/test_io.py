@@ -1,9 +1,11 @@
 """Video I/O through ffmpeg: real H.264 files, streaming, no partial output."""
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from videogen.io.video import VideoIOError, VideoReader, VideoWriter, check_output_path, probe
+from videogen.io import VideoIOError, VideoReader, VideoWriter, check_output_path, probe
+from videogen.io.ffmpeg import decode_command, encode_command
 
 
 def _gradient_frames(n, h=48, w=64):
@@ -29,16 +31,15 @@ def test_written_video_reads_back_with_exact_frame_count_size_and_fps(tmp_path):
     back = VideoReader(path).read_all()
     assert back.shape == frames.shape
     assert np.abs(back.astype(int) - frames).mean() < 3  # smooth content survives crf 17 + 4:2:0
-    assert (tmp_path / "v.png").is_file()
+    assert np.array_equal(iio.imread(tmp_path / "v.png"), frames[0])  # the thumbnail is the first frame, lossless
     assert b"moov" in path.read_bytes()[:4096]  # faststart: index before the media data
 
 
 def test_an_exception_inside_the_writer_leaves_no_file(tmp_path):
     path = tmp_path / "v.mp4"
-    with pytest.raises(RuntimeError):
-        with VideoWriter(path, 64, 48, 16) as w:
-            w.write(_gradient_frames(5))
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), VideoWriter(path, 64, 48, 16) as w:
+        w.write(_gradient_frames(5))
+        raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -74,3 +75,24 @@ def test_packet_count_probe_equals_the_decoded_count_and_iter_into_fills_buffers
     buf = np.empty((10, 48, 64, 3), np.uint8)
     got = [c.copy() for c in VideoReader(path).iter_into(lambda: buf, "rgb24")]
     assert [len(c) for c in got] == [10, 10, 3] and np.array_equal(np.concatenate(got), back)
+
+
+def _value(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def test_the_encode_command_pipes_raw_frames_into_h264_yuv420p_with_the_index_first():
+    cmd = encode_command("out.mp4", 64, 48, 16.0, pix_fmt="rgb0", crf=17, preset="medium")
+    source = cmd.index("-i")
+    inputs, outputs = cmd[:source], cmd[source + 2 :]
+    assert cmd[source + 1] == "pipe:0"
+    assert [_value(inputs, f) for f in ("-f", "-pix_fmt", "-s", "-r")] == ["rawvideo", "rgb0", "64x48", "16"]
+    assert [_value(outputs, f) for f in ("-vcodec", "-pix_fmt", "-crf", "-preset", "-movflags")] == [
+        "libx264", "yuv420p", "17", "medium", "+faststart"
+    ]
+    assert "-an" in outputs and "out.mp4" in outputs
+
+
+def test_the_decode_command_reads_the_first_video_stream_to_raw_frames_on_stdout():
+    cmd = decode_command("in.mp4", "rgb24")
+    assert cmd[cmd.index("-map") + 1] == "0:v:0" and cmd[cmd.index("pipe:1") - 1] == "rgb24"
