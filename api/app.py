@@ -26,8 +26,9 @@ from .dispatch import CeleryQueue, StoreQueue
 from .errors import error_body, install_error_handlers
 from .settings import ServiceSettings
 from .storage import OutputStorage
-from .store import TERMINAL, JobStore
+from .store import JobStore
 from .streams import router as streams_router
+from .tables import TERMINAL
 from .videos import Service, router
 
 log = logging.getLogger("videogen.api")

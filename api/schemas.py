@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .store import Job
+from .tables import Job
 
 
 class ShotParam(BaseModel):

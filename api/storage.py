@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .store import is_job_id
+from .tables import is_job_id
 
 
 class OutputStorage:

@@ -29,7 +29,7 @@ from .auth import CurrentTenant, StreamTenant, tenant_for
 from .errors import APIError, error_body, not_found
 from .schemas import PromptParams
 from .spool import CHUNK, FRAME, SpoolReader, SpoolRecord
-from .store import CANCELLED, COMPLETED, FAILED, TERMINAL, Job, is_job_id
+from .tables import CANCELLED, COMPLETED, FAILED, TERMINAL, Job, is_job_id
 from .videos import Service, Svc, _owned, _validated, read_params
 
 router = APIRouter(prefix="/v1/videos", tags=["streams"])

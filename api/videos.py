@@ -15,17 +15,20 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from videogen.config.presets import parse_size
+from videogen.config.spec import API_DEFAULT_SECONDS, DEFAULT_STREAM_MODEL, RenderSpec, Shot, StreamSpec
+from videogen.errors import InvalidOption
+
 from .auth import CurrentTenant
-from .catalog import InvalidOption, ModelCatalog, RenderSpec, Shot, StreamSpec, invalid, parse_size
+from .catalog import ModelCatalog, invalid
 from .errors import APIError, not_found
 from .schemas import CreateParams, ExtendParams, video_object
 from .storage import OutputStorage
-from .store import COMPLETED, TERMINAL, Job, JobStore, is_job_id, new_job_id
+from .store import JobStore
+from .tables import COMPLETED, TERMINAL, Job, is_job_id, new_job_id
 
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
 
-DEFAULT_SECONDS = 4.0  # OpenAI's default duration
-DEFAULT_STREAM_MODEL = "builtin-causal"  # `stream: true` without a model; videos use the server's default
 # Magic numbers of the image formats `input_reference` may be.
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"RIFF")
 
@@ -127,7 +130,7 @@ def spec_from_params(p: CreateParams) -> RenderSpec:
             if p.prompt is None:
                 raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt",
                                code="missing_required_parameter")  # fmt: skip
-            shots = [Shot(p.prompt, DEFAULT_SECONDS if p.seconds is None else p.seconds)]
+            shots = [Shot(p.prompt, API_DEFAULT_SECONDS if p.seconds is None else p.seconds)]
         return RenderSpec(
             shots=shots,
             size=parse_size(p.size, "size") if p.size is not None else None,

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from videogen.api.settings import ServiceSettings
 from videogen.api.spool import SpoolWriter
 from videogen.api.storage import OutputStorage
-from videogen.api.store import CANCELLED, COMPLETED, FAILED, JobStore
+from videogen.api.store import JobStore
+from videogen.api.tables import CANCELLED, COMPLETED, FAILED
 from .models import ModelCache
 
 log = logging.getLogger("videogen.worker")

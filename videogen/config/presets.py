@@ -110,6 +110,19 @@ def get_preset(name: str) -> Preset:
     return presets[name]
 
 
+def resolve_preset(model: str) -> Preset:
+    """A preset name, or a path to a diffusers folder (anything containing a path separator or
+    naming an existing folder); "" is the default preset."""
+    name = model or default_preset_name()
+    path = Path(name).expanduser()
+    looks_like_path = "/" in name or name.startswith((".", "~")) or path.is_dir()
+    if looks_like_path:
+        if not path.is_dir():
+            raise ModelLoadError(f"--model {name!r}: folder does not exist")
+        return preset_for_folder(path)
+    return get_preset(name)
+
+
 def preset_for_folder(path: Path) -> Preset:
     """Defaults for `--model PATH`: the preset pointing at that folder, else Wan 2.1-style defaults
     adapted to the folder's VAE (Wan 2.2's 16x VAE gets the TI2V defaults)."""

@@ -1,9 +1,10 @@
 """`RenderSpec`: everything a render needs, validated once, shared by the CLI, server and workers;
 `StreamSpec`: the same for a live stream (`videogen.streaming.stream`).
 
-A spec is plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job store and the
-queue can carry it. Model-dependent checks (size divisibility, frame rules) happen in
-`videogen.rendering.render` once the model's codec is known; everything else is checked here.
+A spec is a request: plain data (JSON-serialisable through `to_dict`/`from_dict`) so the job
+store and the queue can carry it; None means "the model's preset decides". What can be checked
+without the model is checked here (`validate`); `videogen.config.resolve` fills the preset's
+defaults and checks the rest (size multiple, frame rules, the segment plan) for every entry point.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from videogen.errors import InvalidOption
 from videogen.config.presets import ATTENTION_BACKENDS
+from videogen.errors import InvalidOption
+
+DEFAULT_SECONDS = 5.0  # a render's length when a prompt is given without one (CLI, Python)
+API_DEFAULT_SECONDS = 4.0  # /v1/videos without `seconds`: OpenAI's default duration
+DEFAULT_STREAM_SECONDS = 10.0  # a stream's, likewise
+DEFAULT_STREAM_MODEL = "builtin-causal"  # `videogen stream` and `stream: true` without a model
 
 # Upper bounds that catch typos (an extra zero) rather than limit real use.
 MAX_SECONDS = 3600.0
@@ -47,12 +53,13 @@ class RenderSpec:
     attention: str | None = None
     device: str = "auto"
     dtype: str = "auto"
-    drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.stitcher.DriftConfig fields
+    drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.config.DriftConfig fields
     image: str | None = None  # first frame: an image file the video starts from (image-to-video)
 
     @classmethod
-    def single(cls, prompt: str, seconds: float, **kw: Any) -> "RenderSpec":
-        return cls(shots=[Shot(prompt, seconds)], **kw)
+    def single(cls, prompt: str, seconds: float | None = None, **kw: Any) -> RenderSpec:
+        """One shot of `prompt`, `seconds` long (None: `DEFAULT_SECONDS`)."""
+        return cls(shots=[Shot(prompt, DEFAULT_SECONDS if seconds is None else seconds)], **kw)
 
     @property
     def prompt(self) -> str:
@@ -62,7 +69,7 @@ class RenderSpec:
     def seconds(self) -> float:
         return sum(s.seconds for s in self.shots)
 
-    def validate(self) -> "RenderSpec":
+    def validate(self) -> RenderSpec:
         """Check what can be checked without the model. Raises InvalidOption."""
         if not self.shots:
             raise InvalidOption("prompt", "", "at least one prompt is required")
@@ -79,9 +86,8 @@ class RenderSpec:
             _check_range("flow_shift", self.flow_shift, 0.0, 100.0, open_low=True)
         if self.segment_seconds is not None:
             _check_range("segment_seconds", self.segment_seconds, 0.0, MAX_SECONDS, open_low=True)
-        if self.overlap_frames is not None:
-            if not isinstance(self.overlap_frames, int) or self.overlap_frames < 1:
-                raise InvalidOption("overlap_frames", self.overlap_frames, "must be a whole number >= 1")
+        if self.overlap_frames is not None and (not isinstance(self.overlap_frames, int) or self.overlap_frames < 1):
+            raise InvalidOption("overlap_frames", self.overlap_frames, "must be a whole number >= 1")
         if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
             raise InvalidOption("attention", self.attention, f"must be one of {', '.join(ATTENTION_BACKENDS)}")
         if self.dtype not in DTYPES:
@@ -100,7 +106,7 @@ class RenderSpec:
         """The stitcher's `DriftConfig` for this spec; InvalidOption naming `drift_correction.<field>`."""
         import re
 
-        from videogen.stitch.drift import DriftConfig
+        from videogen.stitch.config import DriftConfig
 
         known = set(DriftConfig.__dataclass_fields__)
         for key in self.drift_correction:
@@ -121,7 +127,7 @@ class RenderSpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RenderSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RenderSpec:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
         kw["shots"] = [Shot(str(s["prompt"]), float(s["seconds"])) for s in data["shots"]]
@@ -130,16 +136,13 @@ class RenderSpec:
         return cls(**kw)
 
 
-DEFAULT_STREAM_MODEL = "builtin-causal"
-
-
 @dataclass
 class StreamSpec:
     """A live stream (`videogen.streaming.stream.stream`): one prompt, switchable at chunk boundaries.
     Plain data like `RenderSpec` (here, not in `streaming`, so the API validates it without torch)."""
 
     prompt: str
-    seconds: float | None = 10.0  # None: until cancelled (--forever)
+    seconds: float | None = DEFAULT_STREAM_SECONDS  # None: until cancelled (--forever)
     model: str = DEFAULT_STREAM_MODEL
     size: tuple[int, int] | None = None  # (width, height); None = the preset's
     fps: float | None = None
@@ -182,7 +185,7 @@ class StreamSpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StreamSpec":
+    def from_dict(cls, data: dict[str, Any]) -> StreamSpec:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
         if kw.get("size") is not None:

@@ -1,13 +1,10 @@
-"""Rendering: `render()`, the one code path from a `RenderSpec` to an MP4 (CLI, server, workers)."""
+"""Rendering: `render()`, the one code path from a `RenderSpec` to an MP4 (CLI, server, workers).
 
-from videogen.rendering.render import (
-    Event,
-    RenderFinished,
-    RenderStarted,
-    SegmentFinished,
-    SegmentStarted,
-    prepare,
-    render,
-)
+Its stages live in their own modules: `events` (what it yields), `segment` (one segment's
+denoise -> stitch), `checkpoints` (resume), `tail` (extensions), `image` (image-to-video).
+"""
+
+from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+from videogen.rendering.render import prepare, render
 
 __all__ = ["Event", "RenderFinished", "RenderStarted", "SegmentFinished", "SegmentStarted", "prepare", "render"]

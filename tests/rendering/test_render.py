@@ -10,8 +10,8 @@ from videogen import RenderSpec, render
 from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
 from videogen.io.video import VideoReader, probe
 from videogen.models.loader import load_model
-from videogen.sampling.loop import StepProgress, denoise_segment
 from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, prepare
+from videogen.sampling.loop import StepProgress, denoise_segment
 
 
 def _run(spec, out, **kw):
@@ -146,9 +146,9 @@ def test_missing_and_incomplete_model_folders_are_clear_errors(tmp_path, tiny_wa
 
 
 def test_bad_drift_settings_are_named():
-    with pytest.raises(InvalidOption, match="drift_correction.strength"):
+    with pytest.raises(InvalidOption, match=r"drift_correction\.strength"):
         RenderSpec.single("x", 1, drift_correction={"strength": 1.5}).validate()
-    with pytest.raises(InvalidOption, match="drift_correction.mode"):
+    with pytest.raises(InvalidOption, match=r"drift_correction\.mode"):
         RenderSpec.single("x", 1, drift_correction={"mode": "magic"}).validate()
 
 
@@ -193,7 +193,7 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
 
 def test_a_continuation_must_match_the_source_settings(builtin_model, tmp_path):
     _run(RenderSpec.single("a red circle", 1.0, steps=2), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "t")
-    with pytest.raises(InvalidOption, match="continue_from.*fps"):
+    with pytest.raises(InvalidOption, match=r"continue_from.*fps"):
         list(render(RenderSpec.single("a red circle", 1.0, steps=2, fps=8), tmp_path / "e.mp4", model=builtin_model,
                     continue_from=tmp_path / "t"))  # fmt: skip
 

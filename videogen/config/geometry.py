@@ -1,0 +1,74 @@
+"""A model's geometry: how its codec and transformer tile a video, read without torch.
+
+`ModelGeometry` holds the numbers the resolution step (`videogen.config.resolve`) checks a request
+against: the VAE's spatial and temporal strides, the transformer's patch size and the latent
+channels. The API process reads them from a preset (`geometry_for`: the built-in model's constant,
+a diffusers folder's `vae/config.json` and `transformer/config.json`); a process that has loaded
+the model reads them from it (`geometry_of`). Both agree: the built-in model is built from
+`BUILTIN_GEOMETRY` (`videogen.models.builtin`), and a folder's configs are what diffusers loads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from videogen.config.presets import Preset
+from videogen.errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    spatial_factor: int  # pixels per latent pixel, each side (the VAE's spatial stride)
+    temporal_factor: int  # frames per latent frame after the first (Wan's causal VAE: tf*k+1 frames)
+    patch_size: tuple[int, int, int]  # (t, h, w) latent cells per transformer token
+    latent_channels: int
+
+    @property
+    def size_multiple(self) -> tuple[int, int]:
+        """(width, height) must be multiples of these: VAE stride x patch size."""
+        _, ph, pw = self.patch_size
+        return self.spatial_factor * pw, self.spatial_factor * ph
+
+
+# The built-in model: a pixel codec that folds 4x4x4 pixel blocks (3 colours) into 192 channels,
+# and a transformer patching 1x2x2, so one token covers 4 frames x 8x8 pixels.
+BUILTIN_GEOMETRY = ModelGeometry(spatial_factor=4, temporal_factor=4, patch_size=(1, 2, 2), latent_channels=3 * 4 * 4**2)
+
+
+def geometry_for(preset: Preset) -> ModelGeometry:
+    """`preset`'s geometry without loading it. ModelLoadError if a folder's configs are unreadable."""
+    if preset.kind == "builtin":
+        return BUILTIN_GEOMETRY
+    if preset.path is None:
+        raise ModelLoadError(f"preset {preset.name!r} names no model folder")
+    return _folder_geometry(str(preset.path))
+
+
+def geometry_of(model: Any) -> ModelGeometry:
+    """A loaded `videogen.models.loader.VideoModel`'s geometry (its codec and transformer)."""
+    codec = model.codec
+    pt, ph, pw = (int(p) for p in model.patch_size)
+    return ModelGeometry(int(codec.spatial_factor), int(codec.temporal_factor), (pt, ph, pw), int(codec.latent_channels))
+
+
+@lru_cache(maxsize=32)
+def _folder_geometry(folder: str) -> ModelGeometry:
+    path = Path(folder)
+    missing = [part for part in ("transformer", "vae") if not (path / part / "config.json").is_file()]
+    if missing:  # the loader's words for it (`videogen.models.loader.check_model_folder`)
+        raise ModelLoadError(f"--model: {folder!r} is incomplete: missing {', '.join(missing)}")
+    try:
+        vae = json.loads((path / "vae" / "config.json").read_text())
+        transformer = json.loads((path / "transformer" / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"--model: cannot read {folder!r}'s configs: {exc}") from None
+    z_dim = int(vae.get("z_dim", 16))
+    # Wan 2.2's 48-channel VAE strides 16x; configs that predate `scale_factor_spatial` leave it out.
+    spatial = vae.get("scale_factor_spatial") or (16 if z_dim == 48 else 8)
+    temporal = vae.get("scale_factor_temporal") or 4
+    pt, ph, pw = (int(p) for p in transformer.get("patch_size", (1, 2, 2)))
+    return ModelGeometry(int(spatial), int(temporal), (pt, ph, pw), z_dim)

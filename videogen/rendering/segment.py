@@ -1,0 +1,127 @@
+"""One segment of a render: its inputs, its clock, and the denoise -> stitch stages that turn it
+into frames.
+
+A segment is denoised with its shot's prompt (and the negative prompt under guidance), from a
+clean prefix: the previous segment's last latent frames (a continuation), the start image (the
+first segment of an image-to-video render) or nothing (a shot's first segment). The stitcher
+corrects latent drift before the latents are handed on, then blends the decoded frames into the
+seam and corrects their colour (`videogen.stitch.stitcher`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from videogen.config.resolve import ResolvedRender
+from videogen.rendering.image import encode_start_image
+from videogen.rendering.tail import RenderTail
+from videogen.sampling.loop import StepProgress, denoise_segment
+from videogen.sampling.plan import RenderPlan, SegmentPlan
+
+
+@dataclass(frozen=True)
+class SegmentInputs:
+    """What every segment of one render is denoised with."""
+
+    model: Any  # videogen.models.loader.VideoModel
+    resolved: ResolvedRender
+    embeds: dict[str, torch.Tensor]  # (1, L, D) per distinct prompt
+    uncond: torch.Tensor | None  # (1, L, D) negative prompt; None without guidance
+    image_latents: torch.Tensor | None  # (1, C, 1, h, w): the start image, the first segment's prefix
+    times: list[float]  # each segment's clock (`segment_times`)
+    offset: int  # an extension's segments continue the source's numbering (and so its noise stream)
+    extends: bool  # the render continues a source video: its first segment is no new shot
+    cancel: Callable[[], bool] | None
+
+
+@dataclass(frozen=True)
+class SegmentOutput:
+    latents: torch.Tensor  # (1, C, F, h, w), after latent drift correction: the next segment's prefix
+    frames: np.ndarray  # (T, H, W, 3) uint8: what the segment adds to the video
+    stitcher_state: dict[str, Any] | None  # the last segment's, before the final flush (for the tail)
+
+
+def segment_times(plan: RenderPlan, time_end: float | None = None) -> list[float]:
+    """Each segment's first latent frame's time within its shot, in latent frames: 0 for a shot's
+    first segment; a continuing segment's prefix is the previous segment's last latent frames, so
+    it starts that many frames before the previous one ended. `time_end`: where the source of an
+    extension ended (None: unknown, count from 0). Models with time-dependent conditioning (the
+    built-in model's moving frames) see one clock across a shot's segments, as in training."""
+    out: list[float] = []
+    end = time_end
+    for seg in plan.segments:
+        t = 0.0 if seg.first_in_shot or end is None else end - seg.prefix_latent_frames
+        out.append(t)
+        end = t + seg.latent_frames
+    return out
+
+
+def segment_inputs(model: Any, resolved: ResolvedRender, source: RenderTail | None,
+                   cancel: Callable[[], bool] | None) -> SegmentInputs:  # fmt: skip
+    """Prompt embeddings (once per distinct prompt), the start image's latent, every segment's clock."""
+    settings, plan = resolved.settings, resolved.plan
+    encode = model.prompt_encoder.encode
+    embeds = {p: encode([p]) for p in dict.fromkeys(seg.prompt for seg in plan.segments)}
+    uncond = encode([resolved.negative_prompt]) if settings.guidance > 1.0 else None
+    image = encode_start_image(resolved.image, model, settings) if resolved.image and source is None else None
+    times = segment_times(plan, source.time_end if source is not None else None)
+    offset = source.segments if source is not None else 0
+    return SegmentInputs(model, resolved, embeds, uncond, image, times, offset, source is not None, cancel)
+
+
+def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff: torch.Tensor | None, *,
+                 last: bool, keep_state: bool) -> Generator[StepProgress, None, SegmentOutput]:  # fmt: skip
+    """Denoise `seg` and stitch it: yields a `StepProgress` per step, returns its frames. `handoff`:
+    the previous segment's latents; `last`: the render's last segment (the stitcher flushes what
+    it holds back); `keep_state`: also return the stitcher's state before that flush."""
+    from videogen.models.codec import video_to_uint8
+
+    model, settings = inputs.model, inputs.resolved.settings
+    written: list[np.ndarray] = []
+    if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
+        written.append(stitcher.new_shot())  # the previous shot's held-back tail
+    latents = yield from denoise_segment(
+        model,
+        cond=inputs.embeds[seg.prompt],
+        uncond=inputs.uncond,
+        latent_frames=seg.latent_frames,
+        latent_size=(settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor),
+        prefix=_prefix(seg, inputs, handoff),
+        steps=settings.steps,
+        guidance=settings.guidance,
+        flow_shift=settings.flow_shift,
+        seed=inputs.resolved.seed,
+        segment=inputs.offset + seg.index,
+        cancel=inputs.cancel,
+        time=inputs.times[seg.index],
+    )
+    latents = stitcher.on_latents(latents)
+    frames = video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
+    written.append(stitcher.push(frames))
+    state = stitcher.state_dict() if last and keep_state else None
+    if last:
+        written.append(stitcher.flush())
+    return SegmentOutput(latents, concat_frames(written, settings.height, settings.width), state)
+
+
+def _prefix(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None) -> torch.Tensor | None:
+    """The clean latent frames `seg` starts from: (1, C, P, h, w), or None for a fresh start."""
+    if seg.index == 0 and inputs.image_latents is not None and seg.latent_frames > 1:
+        return inputs.image_latents  # image-to-video: the first latent frame is the image, held clean
+    if seg.first_in_shot:
+        return None
+    assert handoff is not None, "a continuing segment follows one that handed over its latents"
+    return handoff[:, :, -seg.prefix_latent_frames :]
+
+
+def concat_frames(parts: Sequence[np.ndarray | None], height: int, width: int) -> np.ndarray:
+    """(T, H, W, 3) uint8: `parts` joined in time, skipping empty ones."""
+    kept = [p for p in parts if p is not None and len(p)]
+    if not kept:
+        return np.zeros((0, height, width, 3), np.uint8)
+    return np.concatenate(kept)
