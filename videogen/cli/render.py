@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from videogen.cli.options import print_library_warnings
 from videogen.config.presets import parse_size
-from videogen.config.spec import RenderSpec, Shot
+from videogen.config.spec import DEFAULT_SECONDS, RenderSpec, Shot
 from videogen.errors import InvalidOption
 
 if TYPE_CHECKING:
@@ -58,7 +58,8 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seconds", type=float, help="duration (default 5)")
     p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
     p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
-    p.add_argument("--model", default="", help="preset name or local diffusers folder (default: builtin)")
+    # Unset options stay None: the spec and the model's preset decide (`videogen.config.resolve`).
+    p.add_argument("--model", help="preset name or local diffusers folder (default: builtin)")
     p.add_argument("--checkpoint", metavar="FILE",
                    help="transformer weights replacing the model's (.safetensors/.pt, original Wan or diffusers names)")  # fmt: skip
     p.add_argument("--size", help="WIDTHxHEIGHT")
@@ -66,16 +67,16 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int)
     p.add_argument("--guidance", type=float)
     p.add_argument("--flow-shift", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--negative-prompt", default="")
+    p.add_argument("--seed", type=int, help="noise seed (default 0)")
+    p.add_argument("--negative-prompt")
     p.add_argument("--segment-seconds", type=float)
     p.add_argument("--overlap-frames", type=int)
     p.add_argument("--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)")
     p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
     p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
     p.add_argument("--workdir", help="checkpoint folder: an interrupted render resumes from its last segment")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_render)
@@ -92,14 +93,13 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
     if not shots:
         if args.prompt is None:
             raise InvalidOption("PROMPT", "", "a prompt is required (or --shot / --timeline)")
-        shots = [(args.prompt, 5.0 if args.seconds is None else args.seconds)]
+        shots = [(args.prompt, DEFAULT_SECONDS if args.seconds is None else args.seconds)]
     drift = {}
     if args.drift_mode is not None:
         drift["mode"] = args.drift_mode
     if args.drift_strength is not None:
         drift["strength"] = args.drift_strength
-    return RenderSpec(
-        shots=[Shot(p, float(s)) for p, s in shots],
+    given = dict(
         model=args.model,
         size=parse_size(args.size, "size") if args.size else None,
         fps=args.fps,
@@ -113,9 +113,10 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
         attention=args.attention,
         device=args.device,
         dtype=args.dtype,
-        drift_correction=drift,
         image=args.image,
-    ).validate()
+    )
+    options = {name: value for name, value in given.items() if value is not None}  # unset: the spec's default
+    return RenderSpec(shots=[Shot(p, float(s)) for p, s in shots], drift_correction=drift, **options).validate()
 
 
 class _ProgressDisplay:
@@ -164,17 +165,18 @@ class _ProgressDisplay:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Load the model, report all bad input, then render with progress on stderr."""
+    from videogen.config.resolve import resolve_render
     from videogen.io.video import check_output_path
     from videogen.models.loader import load_model
-    from videogen.rendering.render import prepare, render
+    from videogen.rendering.render import render
 
     spec = spec_from_args(args)
     check_output_path(args.output)
+    resolve_render(spec)  # all bad input is reported before the model loads
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention,
                            checkpoint=args.checkpoint)  # fmt: skip
-    prepare(spec, model)  # all bad input is reported before any work starts
     print_library_warnings(caught, args.quiet)
     progress = None if args.quiet else _ProgressDisplay(model)
     for event in render(spec, args.output, model=model, workdir=args.workdir):

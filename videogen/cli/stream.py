@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 from videogen.cli.options import print_library_warnings
+from videogen.config.spec import StreamSpec
 from videogen.errors import InvalidOption
 
 FORMATS = ("mp4", "mjpeg", "raw")
@@ -36,19 +37,20 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=FORMATS, help="mp4 (files), mjpeg (default for stdout), raw rgb24")
     p.add_argument("--switch", action="append", default=[], metavar="SECONDS:PROMPT", help="change the prompt at SECONDS; repeat")
     p.add_argument("--interactive", action="store_true", help="read new prompts from stdin, one per line")
-    p.add_argument("--model", default="builtin-causal", help="a causal preset (default: builtin-causal)")
+    # Unset options stay None: the spec and the model's preset decide (`videogen.config.resolve`).
+    p.add_argument("--model", help="a causal preset (default: builtin-causal)")
     p.add_argument("--checkpoint", metavar="FILE", help="causal generator weights (original Wan or diffusers naming, "
                    "e.g. Self-Forcing / CausVid / LongLive) over --model's Wan folder")
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int, help="denoising steps per chunk")
     p.add_argument("--guidance", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-frames", type=int, default=3, help="latent frames per chunk")
-    p.add_argument("--sink-frames", type=int, default=1, help="first latent frames kept in the KV cache")
-    p.add_argument("--window-frames", type=int, default=5, help="recent latent frames kept in the KV cache")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--seed", type=int, help="noise seed (default 0)")
+    p.add_argument("--chunk-frames", type=int, help="latent frames per chunk (default 3)")
+    p.add_argument("--sink-frames", type=int, help="first latent frames kept in the KV cache (default 1)")
+    p.add_argument("--window-frames", type=int, help="recent latent frames kept in the KV cache (default 6)")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
+    p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_stream)
 
@@ -62,6 +64,33 @@ def _parse_switch(text: str) -> tuple[float, str]:
     if not sep or not prompt.strip() or seconds < 0:
         raise InvalidOption("--switch", text, 'expected "SECONDS:PROMPT" with SECONDS >= 0')
     return seconds, prompt.strip()
+
+
+def spec_from_args(args: argparse.Namespace) -> StreamSpec:
+    """The `StreamSpec` the options describe, validated; unset options keep the spec's defaults."""
+    from videogen.config.presets import parse_size
+
+    given = dict(
+        seconds=None if args.forever else args.seconds,
+        model=args.model,
+        size=parse_size(args.size, "size") if args.size else None,
+        fps=args.fps,
+        steps=args.steps,
+        guidance=args.guidance,
+        seed=args.seed,
+        chunk_frames=args.chunk_frames,
+        sink_frames=args.sink_frames,
+        window_frames=args.window_frames,
+        checkpoint=args.checkpoint,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    options = {name: value for name, value in given.items() if value is not None}
+    if args.forever:
+        options["seconds"] = None  # until interrupted
+    spec = StreamSpec(prompt=args.prompt, switches=[_parse_switch(s) for s in args.switch], **options)
+    spec.validate()
+    return spec
 
 
 class _Sink:
@@ -112,42 +141,22 @@ def cmd_stream(args: argparse.Namespace) -> int:
     """Stream chunks to the sink until the duration, Ctrl-C or a closed pipe ends it."""
     from tqdm import tqdm
 
-    from videogen.config.presets import parse_size
+    from videogen.config.resolve import resolve_stream
     from videogen.models.loader import load_model
-    from videogen.streaming.stream import StreamChunk, StreamControl, StreamSpec, stream
+    from videogen.streaming.stream import StreamChunk, StreamControl, stream
 
     fmt = args.format or ("mjpeg" if args.output == "-" else "mjpeg" if args.output.endswith(".mjpeg") else "mp4")
     if fmt == "mp4" and args.output == "-":
         raise InvalidOption("--format", fmt, "stdout takes mjpeg or raw (an MP4 is not streamable through a pipe)")
     if fmt == "mp4" and Path(args.output).suffix.lower() != ".mp4":
         raise InvalidOption("--output", args.output, "an MP4 output must end in .mp4 (or pass --format mjpeg|raw)")
-    spec = StreamSpec(
-        prompt=args.prompt,
-        seconds=None if args.forever else (10.0 if args.seconds is None else args.seconds),
-        model=args.model,
-        size=parse_size(args.size, "size") if args.size else None,
-        fps=args.fps,
-        steps=args.steps,
-        guidance=args.guidance,
-        seed=args.seed,
-        chunk_frames=args.chunk_frames,
-        sink_frames=args.sink_frames,
-        window_frames=args.window_frames,
-        switches=[_parse_switch(s) for s in args.switch],
-        checkpoint=args.checkpoint,
-        device=args.device,
-        dtype=args.dtype,
-    )
-    spec.validate()
+    spec = spec_from_args(args)
+    resolved = resolve_stream(spec)  # all bad input is reported before the model loads
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
     print_library_warnings(caught, args.quiet)
-    if not model.preset.causal and spec.checkpoint is None:
-        raise InvalidOption("--model", spec.model, "is not a block-causal model (try builtin-causal, or --checkpoint "
-                            "with a causal generator's weights)")
-    width, height = spec.size or model.preset.size
-    fps = spec.fps or model.preset.fps
+    width, height, fps = resolved.width, resolved.height, resolved.fps
     control = StreamControl()
     if args.interactive:
         def read_prompts() -> None:
@@ -160,7 +169,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     gen = stream(spec, model, control=control)
     first = next(gen)  # bad input (size, chunking) is reported before anything is written
     sink = _Sink(args.output, fmt, width, height, fps)
-    total = None if spec.seconds is None else round(spec.seconds * fps)
+    total = resolved.frames
     bar = None if args.quiet else tqdm(total=total, desc="frames", unit="frame", file=sys.stderr)
     frames = 0
     try:

@@ -105,7 +105,7 @@ class MotionLayout(nn.Module):
     still and always at the same phase, so drawing it is the same task at every time and place.
     The phases are periodic, as the scenes are (motion wraps around), so any clock is numerically
     fine; the shipped weights saw clocks up to ~110 latent frames, so streams re-base theirs
-    (`videogen.streaming.stream.rebase_clock`).
+    (`videogen.streaming.recache.rebase_clock`).
     """
 
     def __init__(self, dim: int = TEXT_DIM, slots: int = LAYOUT_SLOTS, harmonics=LAYOUT_HARMONICS,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from videogen.errors import InvalidOption, ModelLoadError
-from videogen.config.presets import Preset, default_preset_name, get_preset, preset_for_folder
+from videogen.config.presets import Preset, resolve_preset
 
 REQUIRED_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
@@ -99,19 +99,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return table[dtype]
 
 
-def resolve_preset(model: str) -> Preset:
-    """A preset name, or a path to a diffusers folder (anything containing a path separator or
-    naming an existing folder)."""
-    name = model or default_preset_name()
-    path = Path(name).expanduser()
-    looks_like_path = "/" in name or name.startswith((".", "~")) or path.is_dir()
-    if looks_like_path:
-        if not path.is_dir():
-            raise ModelLoadError(f"--model {name!r}: folder does not exist")
-        return preset_for_folder(path)
-    return get_preset(name)
-
-
 def check_model_folder(path: Path) -> dict[str, Any]:
     """Return model_index.json's content, or raise naming what is missing."""
     if path is None or not path.is_dir():
@@ -142,7 +129,7 @@ def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", at
         vm = _load_diffusers(preset, dev, dt)
     if checkpoint is not None:
         _load_checkpoint(vm, checkpoint)
-    from videogen.attention.sparse import install_attention
+    from videogen.attention.processor import install_attention
 
     vm.attention = install_attention(vm, attention or preset.attention)
     return vm

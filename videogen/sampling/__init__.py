@@ -1,1 +1,2 @@
-
+"""Sampling: the segment plan (`plan`), the one denoising loop (`loop`) and the transformer calls
+it makes (`forward`)."""

@@ -1,4 +1,4 @@
-"""Streaming (videogen.streaming.stream / videogen.attention.causal): the KV cache reproduces a block-causal
+"""Streaming (videogen.streaming / videogen.attention.causal): the KV cache reproduces a block-causal
 forward, memory is fixed over 1,000 chunks, prompt switches re-cache, output is deterministic."""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.attention.causal import chunk_frames_of, install_causal, new_cache, plan_chunk
+from videogen.attention.call import AttentionCall, CausalCall, attention_call, current_attention_call
+from videogen.attention.causal import chunk_frames_of, new_cache, plan_chunk
 from videogen.models.builtin import TRANSFORMER_CONFIG, build_fresh
-from videogen.streaming.stream import StreamControl, StreamSpec, block_causal_forward, stream
+from videogen.sampling.forward import block_causal_forward
+from videogen.streaming import StreamControl, StreamSpec, stream
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +26,19 @@ def tiny():
 
 def _cached_forward(transformer, x, timesteps, embeds, chunk, first, sink, window):
     """Chunk by chunk through the KV cache: chunk j at its own timestep, writing its K/V."""
-    ctx = install_causal(transformer)
-    _, c, f, h, w = x.shape
+    _, c, _, h, w = x.shape
     grid_hw = (h // 2, w // 2)
     cache = new_cache(transformer, batch=1, tokens_per_frame=grid_hw[0] * grid_hw[1], sink=sink, window=window,
                       latent_shape=(c, h, w), dtype=torch.float32, device="cpu")  # fmt: skip
     outs = []
-    ctx.mode, ctx.cache = "cache", cache
-    try:
-        for j, t in enumerate(timesteps):
-            frames = chunk_frames_of(j, chunk, first)
-            plan_chunk(ctx, transformer, frames, grid_hw)
-            ctx.write = True
-            n = len(frames) * grid_hw[0] * grid_hw[1]
-            with torch.no_grad():
-                outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), t),
-                                        encoder_hidden_states=embeds, return_dict=False)[0])  # fmt: skip
-            cache.commit(frames, x[:, :, frames])
-    finally:
-        ctx.mode, ctx.write = None, False
+    for j, t in enumerate(timesteps):
+        frames = chunk_frames_of(j, chunk, first)
+        plan = plan_chunk(cache, transformer, frames, grid_hw)
+        n = len(frames) * grid_hw[0] * grid_hw[1]
+        with torch.no_grad(), attention_call(AttentionCall(causal=CausalCall("cache", plan=plan, cache=cache, write=True))):
+            outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), t),
+                                    encoder_hidden_states=embeds, return_dict=False)[0])  # fmt: skip
+        cache.commit(frames, x[:, :, frames])
     return torch.cat(outs, dim=2)
 
 
@@ -57,7 +53,7 @@ def test_kv_cache_streaming_equals_full_block_causal_forward(tiny, chunk, first,
     sizes = torch.tensor([first, chunk, chunk]) * 16
     per_token = torch.tensor(timesteps).repeat_interleave(sizes).view(1, -1)
     with torch.no_grad():
-        full = block_causal_forward(transformer, x, per_token, embeds, chunk, first)
+        full = block_causal_forward(transformer, x, per_token, embeds, chunk, first)  # installs the processors
     cached = _cached_forward(transformer, x, timesteps, embeds, chunk, first, sink=sink, window=frames)
     # fp32 both ways; they differ only in summation order (SDPA over a masked vs a shorter key set)
     torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-5)
@@ -76,14 +72,14 @@ def test_block_causal_forward_ignores_the_future_and_bidirectional_does_not(tiny
         da, db = (transformer(hidden_states=v, timestep=t, encoder_hidden_states=embeds, return_dict=False)[0] for v in (x, y))
     torch.testing.assert_close(a[:, :, :3], b[:, :, :3], rtol=0, atol=1e-6)
     assert (da[:, :, :3] - db[:, :, :3]).abs().max() > 1e-3  # the ordinary model does look ahead
-    assert install_causal(transformer).mode is None  # the context is reset after the call
+    assert current_attention_call() is None  # the call's context ends with it
 
 
 @pytest.fixture(scope="module")
 def causal_model():
-    from videogen.models.loader import load_model
-
     import warnings
+
+    from videogen.models.loader import load_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no trained weights" where they are absent
@@ -101,12 +97,13 @@ def _rss_mb() -> float:
 def test_memory_stays_bounded_over_1000_chunks(causal_model):
     spec = StreamSpec("a red circle moving right on a black background", seconds=None, size=(16, 16), steps=1,
                       chunk_frames=1, first_chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
-    gen = stream(spec, causal_model)
+    control = StreamControl()
+    gen = stream(spec, causal_model, control=control)
     ptrs, rss, frames = None, [], 0
     for chunk in gen:
         frames += len(chunk.frames)
         if chunk.index == 0:
-            state_cache = gen.gi_frame.f_locals["state"].cache
+            state_cache = control.state.cache
             ptrs = (state_cache.k.data_ptr(), state_cache.v.data_ptr(), state_cache.nbytes)
         if chunk.index in (100, 999):
             rss.append(_rss_mb())
@@ -122,25 +119,26 @@ def test_memory_stays_bounded_over_1000_chunks(causal_model):
 def test_a_long_stream_rebases_its_clock_and_rewrites_its_cache_on_the_new_one(causal_model, monkeypatch):
     """The clock the moving frames see stays within CLOCK_PERIOD + the window, and every pass
     (the chunk's and the cache re-writes alike) uses the current base: sinks keep their index."""
-    import videogen.streaming.stream as S
+    from videogen.streaming import recache
 
-    monkeypatch.setattr(S, "CLOCK_PERIOD", 8)
-    seen, real = [], S.plan_chunk
+    monkeypatch.setattr(recache, "CLOCK_PERIOD", 8)
+    seen, real = [], recache.plan_chunk
 
-    def spy(ctx, transformer, frames, grid_hw):
-        real(ctx, transformer, frames, grid_hw)
-        seen.append((list(frames), list(ctx.plan.frames), ctx.clock_base))
+    def spy(cache, transformer, frames, grid_hw, clock_base=0):
+        plan = real(cache, transformer, frames, grid_hw, clock_base)
+        seen.append((list(frames), list(plan.frames), clock_base))
+        return plan
 
-    monkeypatch.setattr(S, "plan_chunk", spy)
+    monkeypatch.setattr(recache, "plan_chunk", spy)  # every pass is planned there: the chunk's and the re-writes
     spec = StreamSpec("a red circle moving right on a black background", seconds=None, size=(16, 16), steps=1,
                       chunk_frames=1, first_chunk_frames=1, sink_frames=1, window_frames=3)  # fmt: skip
-    gen = stream(spec, causal_model)
+    control = StreamControl()
+    gen = stream(spec, causal_model, control=control)
     for chunk in gen:
-        if chunk.index == 0:
-            state = gen.gi_frame.f_locals["state"]
         if chunk.index == 40:
             break
     gen.close()
+    state = control.state
     assert state.rebases >= 4 and state.recaches == 0
     assert max(base for *_, base in seen) > 30
     for frames, clocks, base in seen:
@@ -153,7 +151,7 @@ def test_stream_is_deterministic_and_has_the_exact_length(causal_model):
     a = np.concatenate([c.frames for c in stream(spec, causal_model)])
     b = np.concatenate([c.frames for c in stream(spec, causal_model)])
     assert a.shape == (32, 64, 64, 3) and np.array_equal(a, b)
-    assert install_causal(causal_model.transformer).mode is None
+    assert current_attention_call() is None
 
 
 def test_prompt_switch_rebuilds_the_cache_under_the_new_prompt(causal_model):
@@ -223,10 +221,10 @@ def test_cli_stream_writes_mp4_and_mjpeg_to_stdout(tmp_path):
     (["-o", "x.mp4", "--model", "builtin"], "--model=builtin"),
 ])  # fmt: skip
 def test_cli_stream_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    from videogen.cli import main
-
     import contextlib
     import io
+
+    from videogen.cli import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.chdir(tmp_path):

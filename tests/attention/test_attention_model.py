@@ -6,10 +6,11 @@ import warnings
 import pytest
 import torch
 
-from videogen.attention.sparse import SparseSelfAttnProcessor, SparsityPolicy, install_attention
+from videogen.attention.processor import WanSelfAttnProcessor, install_attention
+from videogen.attention.sparse import SparsityPolicy, TileSparseAttention
 from videogen.errors import InvalidOption
 from videogen.models.loader import load_model
-from videogen.sampling.loop import denoise_segment
+from videogen.sampling.loop import denoise_segment, run_to_end
 
 
 def _load(attention, policy=None):
@@ -25,11 +26,7 @@ def _sample(model, prefix=None, steps=3):
     gen = denoise_segment(model, cond=model.prompt_encoder.encode(["a red circle moving right on a black background"]),
                           uncond=None, latent_frames=9, latent_size=(16, 16), prefix=prefix, steps=steps,
                           guidance=1.0, flow_shift=3.0, seed=1, segment=0)  # fmt: skip
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value
+    return run_to_end(gen)
 
 
 ALL_SPARSE = dict(dense_step_fraction=0.0, dense_layers=())
@@ -53,7 +50,7 @@ def test_low_density_changes_the_output_and_matches_the_reference_backend():
 def test_policy_keeps_the_first_steps_and_listed_layers_dense(monkeypatch):
     model = _load("sparse-cpu", SparsityPolicy(density=0.25, dense_step_fraction=0.5, dense_layers=(0,)))
     calls = []
-    import videogen.kernels
+    from videogen import kernels
 
     real = kernels.sparse_video_attention
 
@@ -66,8 +63,8 @@ def test_policy_keeps_the_first_steps_and_listed_layers_dense(monkeypatch):
     # 4 steps, the first 2 dense; 4 layers, layer 0 dense -> 2 steps x 3 layers sparse
     assert len(calls) == 2 * 3
     procs = [b.attn1.processor for b in model.transformer.blocks]
-    assert all(isinstance(p, SparseSelfAttnProcessor) for p in procs)
-    assert not any(isinstance(b.attn2.processor, SparseSelfAttnProcessor) for b in model.transformer.blocks)
+    assert all(isinstance(p, WanSelfAttnProcessor) and isinstance(p.backend, TileSparseAttention) for p in procs)
+    assert not any(isinstance(b.attn2.processor, WanSelfAttnProcessor) for b in model.transformer.blocks)
 
 
 def test_the_triton_backend_needs_cuda_or_the_interpreter(monkeypatch):
