@@ -9,7 +9,8 @@ import torch
 from diffusers import WanTransformer3DModel
 from tiny_wan import tiny_transformer_config
 
-from videogen.attention.call import AttentionCall, CausalCall, attention_call, current_attention_call
+from videogen.attention.call import AttentionCall, attention_call, current_attention_call
+from videogen.attention.causal import CausalCall
 from videogen.attention.processor import (
     WanSelfAttnProcessor,
     dense_attention,

@@ -3,7 +3,7 @@
 import pytest
 
 from videogen.errors import InvalidOption
-from videogen.sampling.plan import frames_for, plan_render
+from videogen.config.plan import frames_for, plan_render
 
 
 def _check_plan(plan, tf=4):

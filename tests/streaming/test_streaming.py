@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.attention.call import AttentionCall, CausalCall, attention_call, current_attention_call
+from videogen.attention.call import AttentionCall, attention_call, current_attention_call
+from videogen.attention.causal import CausalCall
 from videogen.attention.causal import chunk_frames_of, new_cache, plan_chunk
 from videogen.models.builtin import TRANSFORMER_CONFIG, build_fresh
 from videogen.sampling.forward import block_causal_forward

@@ -17,38 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
-if TYPE_CHECKING:
-    from videogen.attention.causal import ChunkPlan, KVCache
-
-
-@dataclass(frozen=True)
-class CausalCall:
-    """A block-causal call (CausVid / Self-Forcing; see `videogen.attention.causal`).
-
-    mode "full":  the whole sequence under a block-causal mask (training, and the reference the
-                  cache must reproduce): every token sees its own chunk and earlier ones
-    mode "cache": the call holds one chunk (`plan`); it attends to the frames cached in `cache`
-                  plus itself and, when `write` is set (the clean-context pass), stores its
-                  keys/values in `cache` afterwards
-    """
-
-    mode: Literal["full", "cache"]
-    chunk_frames: int = 3  # latent frames per chunk ("full")
-    first_chunk_frames: int = 1  # the first chunk's length (1: the first frame alone, as Wan's VAE has it)
-    tokens_per_frame: int = 0  # post-patch tokens of one latent frame ("full")
-    plan: ChunkPlan | None = None  # ("cache")
-    cache: KVCache | None = None  # ("cache")
-    write: bool = False  # ("cache") store this chunk's keys/values
-
-    def __post_init__(self) -> None:
-        if self.mode == "full" and self.tokens_per_frame < 1:
-            raise ValueError(f"a 'full' CausalCall needs tokens_per_frame >= 1, got {self.tokens_per_frame}")
-        if self.mode == "cache" and (self.plan is None or self.cache is None):
-            raise ValueError("a 'cache' CausalCall needs a plan and a cache")
-        if self.mode not in ("full", "cache"):
-            raise ValueError(f"CausalCall.mode must be 'full' or 'cache', got {self.mode!r}")
+from videogen.attention.causal import CausalCall
 
 
 @dataclass(frozen=True)

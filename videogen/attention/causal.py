@@ -7,7 +7,7 @@ already made are represented only by their keys/values, computed once by a clean
 (the denoised chunk at timestep 0) and kept in a `KVCache`.
 
 The self-attention processor (`videogen.attention.processor`) runs the functions here when the
-call's `AttentionCall.causal` asks for it (`videogen.attention.call.CausalCall`):
+call's `AttentionCall.causal` asks for it (a `CausalCall`):
 
     mode "full"   block-causal mask over the whole sequence (training; the reference the cache
                   must reproduce): `block_causal_attention`
@@ -27,15 +27,12 @@ absolute frame number. A stream of any length therefore uses positions the model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from videogen.attention.rope import apply_rotary, rope_for_frames
-
-if TYPE_CHECKING:
-    from videogen.attention.call import CausalCall
 
 
 @dataclass
@@ -153,6 +150,35 @@ def plan_chunk(cache: KVCache, transformer: Any, frames: list[int], grid_hw: tup
         chunk_positions=[pos(f) for f in frames],
         frames=[f if f < cache.sink else f - clock_base for f in frames],
     )
+
+
+@dataclass(frozen=True)
+class CausalCall:
+    """A block-causal call (CausVid / Self-Forcing; see `videogen.attention.causal`).
+
+    mode "full":  the whole sequence under a block-causal mask (training, and the reference the
+                  cache must reproduce): every token sees its own chunk and earlier ones
+    mode "cache": the call holds one chunk (`plan`); it attends to the frames cached in `cache`
+                  plus itself and, when `write` is set (the clean-context pass), stores its
+                  keys/values in `cache` afterwards
+    """
+
+    mode: Literal["full", "cache"]
+    chunk_frames: int = 3  # latent frames per chunk ("full")
+    first_chunk_frames: int = 1  # the first chunk's length (1: the first frame alone, as Wan's VAE has it)
+    tokens_per_frame: int = 0  # post-patch tokens of one latent frame ("full")
+    plan: ChunkPlan | None = None  # ("cache")
+    cache: KVCache | None = None  # ("cache")
+    write: bool = False  # ("cache") store this chunk's keys/values
+
+    def __post_init__(self) -> None:
+        if self.mode == "full" and self.tokens_per_frame < 1:
+            raise ValueError(f"a 'full' CausalCall needs tokens_per_frame >= 1, got {self.tokens_per_frame}")
+        if self.mode == "cache" and (self.plan is None or self.cache is None):
+            raise ValueError("a 'cache' CausalCall needs a plan and a cache")
+        if self.mode not in ("full", "cache"):
+            raise ValueError(f"CausalCall.mode must be 'full' or 'cache', got {self.mode!r}")
+
 
 
 def block_causal_mask(n_tokens: int, call: CausalCall, device: torch.device) -> torch.Tensor:

@@ -20,7 +20,7 @@ from videogen.config.geometry import ModelGeometry, geometry_for
 from videogen.config.presets import Preset, load_presets, resolve_preset
 from videogen.config.spec import RenderSpec, Shot, StreamSpec
 from videogen.errors import InvalidOption
-from videogen.sampling.plan import RenderPlan, frames_for, plan_render
+from videogen.config.plan import RenderPlan, frames_for, plan_render
 
 
 @dataclass(frozen=True)

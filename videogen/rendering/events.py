@@ -10,7 +10,7 @@ from pathlib import Path
 
 from videogen.config.resolve import ResolvedSettings
 from videogen.sampling.loop import StepProgress
-from videogen.sampling.plan import RenderPlan
+from videogen.config.plan import RenderPlan
 
 
 @dataclass(frozen=True)

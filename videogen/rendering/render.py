@@ -34,7 +34,7 @@ from videogen.rendering.checkpoints import SegmentCheckpoints
 from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
 from videogen.rendering.segment import SegmentInputs, make_segment, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
-from videogen.sampling.plan import RenderPlan, SegmentPlan
+from videogen.config.plan import RenderPlan, SegmentPlan
 
 
 def prepare(spec: RenderSpec, model: Any, continue_first: bool = False) -> tuple[ResolvedSettings, RenderPlan]:

@@ -1,2 +1,1 @@
-"""Sampling: the segment plan (`plan`), the one denoising loop (`loop`) and the transformer calls
-it makes (`forward`)."""
+"""Sampling: the one denoising loop (`loop`) and the transformer calls it makes (`forward`)."""

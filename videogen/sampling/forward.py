@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import torch
 
-from videogen.attention.call import AttentionCall, CausalCall, attention_call
-from videogen.attention.causal import ChunkPlan, KVCache
+from videogen.attention.call import AttentionCall, attention_call
+from videogen.attention.causal import CausalCall, ChunkPlan, KVCache
 from videogen.attention.processor import ensure_self_attention
 
 

@@ -7,12 +7,44 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from videogen.stitch.report import DriftReport
+
+class PlottedReport(Protocol):
+    """What the plot reads of a `videogen.stitch.report.DriftReport`, so that the plot needs no
+    import of the report (the report draws itself through `plot_drift`)."""
+
+    @property
+    def num_frames(self) -> int: ...
+
+    @property
+    def fps(self) -> float | None: ...
+
+    @property
+    def segments(self) -> list[Any]: ...
+
+    @property
+    def seams(self) -> list[tuple[int, int]]: ...
+
+    @property
+    def shot_starts(self) -> list[int]: ...
+
+    @property
+    def frame_mean(self) -> np.ndarray: ...
+
+    @property
+    def anchor_means(self) -> list[list[float]]: ...
+
+    @property
+    def dE76_mean(self) -> float: ...
+
+    @property
+    def seam_jump_max(self) -> float: ...
+
+    @property
+    def flicker(self) -> float: ...
 
 _PLOT_COLOURS = {"L*": (20, 20, 20), "a*": (200, 30, 60), "b*": (30, 80, 210)}
 _SEAM_COLOUR, _CUT_COLOUR, _ANCHOR_COLOUR = (150, 150, 150), (240, 140, 0), (0, 160, 0)
@@ -47,7 +79,7 @@ class _Panel:
         return self.y1 - (self.y1 - self.y0) * (v - self.lo) / (self.hi - self.lo)
 
 
-def plot_drift(report: DriftReport, path: str | os.PathLike, width: int = 1000) -> Path:
+def plot_drift(report: PlottedReport, path: str | os.PathLike, width: int = 1000) -> Path:
     """Three stacked panels (mean L*, a*, b* per frame) with seams (dashed grey), shot cuts (solid
     orange) and each shot's anchor level (dotted), axes with ticks, and a legend."""
     from PIL import Image, ImageDraw, ImageFont
@@ -67,7 +99,7 @@ def plot_drift(report: DriftReport, path: str | os.PathLike, width: int = 1000) 
     return out
 
 
-def _draw_panel(d: Any, font: Any, report: DriftReport, p: int, name: str, colour: tuple[int, int, int], width: int) -> None:
+def _draw_panel(d: Any, font: Any, report: PlottedReport, p: int, name: str, colour: tuple[int, int, int], width: int) -> None:
     """Panel `p` (0: L*, 1: a*, 2: b*): box, value axis, timeline marks, the series, frame ticks."""
     y0 = _TOP + p * (_PANEL_HEIGHT + _GAP)
     series = report.frame_mean[:, p] if report.num_frames else np.zeros(1)
@@ -95,7 +127,7 @@ def _draw_panel(d: Any, font: Any, report: DriftReport, p: int, name: str, colou
             d.text((x - 10, panel.y1 + 6), label, fill="black", font=font)
 
 
-def _draw_timeline_marks(d: Any, report: DriftReport, panel: _Panel, anchors: list[float]) -> None:
+def _draw_timeline_marks(d: Any, report: PlottedReport, panel: _Panel, anchors: list[float]) -> None:
     """Seam crossfades (dashed grey: first and last frame), shot cuts (solid orange) and each
     shot's anchor level across the shot (dotted green)."""
     y0, y1 = panel.y0, panel.y1
