@@ -57,7 +57,9 @@ class Reaper:
         for job in svc.store.expired():
             svc.storage.remove(job.id)
             svc.store.purge(job.id)
-            log.info("job %s tenant %s: outputs removed (%s)", job.id, job.tenant, "deleted" if job.deleted else "expired")
+            log.info(
+                "job %s tenant %s: outputs removed (%s)", job.id, job.tenant, "deleted" if job.deleted else "expired"
+            )
         keep_until = time.time() - svc.settings.stream_spool_keep_seconds
         for job_id in svc.storage.stream_ids():
             job = svc.store.get_any(job_id)

@@ -183,16 +183,19 @@ class JobStore:
         """Take the job for `worker` if nobody holds a live lease on it. Atomic (one UPDATE)."""
         now = time.time()
         with self.write() as s:
-            result = cast(CursorResult, s.execute(  # an UPDATE's result: it has a rowcount
-                update(Job)
-                .where(
-                    Job.id == job_id,
-                    Job.status.in_((QUEUED, IN_PROGRESS)),
-                    Job.cancel_requested.is_(False),
-                    (Job.lease_owner.is_(None)) | (Job.lease_owner == worker) | (Job.lease_expires < now),
-                )
-                .values(lease_owner=worker, lease_expires=now + lease_seconds, attempts=Job.attempts + 1)
-            ))
+            result = cast(
+                CursorResult,
+                s.execute(  # an UPDATE's result: it has a rowcount
+                    update(Job)
+                    .where(
+                        Job.id == job_id,
+                        Job.status.in_((QUEUED, IN_PROGRESS)),
+                        Job.cancel_requested.is_(False),
+                        (Job.lease_owner.is_(None)) | (Job.lease_owner == worker) | (Job.lease_expires < now),
+                    )
+                    .values(lease_owner=worker, lease_expires=now + lease_seconds, attempts=Job.attempts + 1)
+                ),
+            )
             if result.rowcount != 1:
                 return None
             return s.get(Job, job_id)
@@ -200,11 +203,14 @@ class JobStore:
     def renew(self, job_id: str, worker: str, lease_seconds: float) -> bool:
         """Extend the lease; False when it is no longer this worker's (it must stop)."""
         with self.write() as s:
-            result = cast(CursorResult, s.execute(  # an UPDATE's result: it has a rowcount
-                update(Job)
-                .where(Job.id == job_id, Job.lease_owner == worker)
-                .values(lease_expires=time.time() + lease_seconds)
-            ))
+            result = cast(
+                CursorResult,
+                s.execute(  # an UPDATE's result: it has a rowcount
+                    update(Job)
+                    .where(Job.id == job_id, Job.lease_owner == worker)
+                    .values(lease_expires=time.time() + lease_seconds)
+                ),
+            )
             return result.rowcount == 1
 
     def cancel_requested(self, job_id: str) -> bool:
@@ -243,7 +249,9 @@ class JobStore:
                 return
             for segment, step, total in steps:
                 job.steps_done = min(job.steps_total, job.steps_done + 1)
-                self._event(s, job_id, "progress", {"segment": segment, "step": step, "steps": total, **self._counts(job)})
+                self._event(
+                    s, job_id, "progress", {"segment": segment, "step": step, "steps": total, **self._counts(job)}
+                )
 
     def record_segment(self, job_id: str, worker: str, index: int, frames_written: int, resumed: bool) -> None:
         with self.write() as s:

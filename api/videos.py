@@ -124,7 +124,9 @@ def spec_from_params(p: CreateParams) -> RenderSpec:
     try:
         if p.shots:
             if p.seconds is not None and abs(p.seconds - sum(s.seconds for s in p.shots)) > 1e-6:
-                raise InvalidOption("seconds", p.seconds, "must be omitted or equal the shots' total when 'shots' is given")
+                raise InvalidOption(
+                    "seconds", p.seconds, "must be omitted or equal the shots' total when 'shots' is given"
+                )
             shots = [Shot(s.prompt, s.seconds) for s in p.shots]
         else:
             if p.prompt is None:

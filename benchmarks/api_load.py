@@ -59,8 +59,11 @@ def percentile(xs: list[float], q: float) -> float:
 
 def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
     model = tmp / "tiny-wan"
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent / "tests")!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(model)!r})"],
-                   check=True, capture_output=True)  # fmt: skip
+    tests = str(Path(__file__).resolve().parent.parent / "tests")  # tiny_wan.py: the tests' model builder
+    code = (
+        f"import sys; sys.path.insert(0, {tests!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(model)!r})"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     (tmp / "config").mkdir()
     (tmp / "config" / "models.yaml").write_text(PRESETS.format(path=model))
     with socket.socket() as s:

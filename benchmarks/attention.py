@@ -27,13 +27,13 @@ from pathlib import Path
 # Must be set before torch loads OpenMP; an explicit setting in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from videogen.kernels import TileLayout, resolve_backend, select_topk_tiles, sparse_video_attention  # noqa: E402
-from videogen.kernels.reference import reference_sparse_video_attention  # noqa: E402
+from videogen.kernels import TileLayout, resolve_backend, select_topk_tiles, sparse_video_attention
+from videogen.kernels.reference import reference_sparse_video_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     gen = torch.Generator().manual_seed(args.seed)
     q, k, v = (torch.randn(args.batch, heads, n, args.d, generator=gen).to(device, dtype) for _ in range(3))
-    sparse = lambda: sparse_video_attention(  # noqa: E731
+    sparse = lambda: sparse_video_attention(
         q, k, v, grid=args.grid, tile=args.tile, density=args.density, backend=backend
     )
     dense = _dense_fn(q, k, v, device)

@@ -107,7 +107,9 @@ def chain_segments(scene: Scene, segments: int, seg: int, overlap: int, drift: b
         yield apply_drift(f, kk) if drift else f
 
 
-def write_chain(path: Path, scene: Scene, segments: int, seg: int, overlap: int, fps: float = 16.0, drift: bool = True) -> None:
+def write_chain(
+    path: Path, scene: Scene, segments: int, seg: int, overlap: int, fps: float = 16.0, drift: bool = True
+) -> None:
     with VideoWriter(path, scene.w, scene.h, fps, crf=16, preset="ultrafast") as w:
         for f in chain_segments(scene, segments, seg, overlap, drift=drift):
             w.write(f)
@@ -139,7 +141,12 @@ def fix_run(video: Path, out: Path, seg: int, overlap: int, preset: str | None =
     if res.returncode != 0:
         raise RuntimeError(res.stderr)
     line = [x for x in res.stdout.splitlines() if x.startswith("RESULT")][-1].split()
-    return {"seconds": float(line[1]), "rss_mib": float(line[2]), "cpu_python": float(line[3]), "cpu_ffmpeg": float(line[4])}
+    return {
+        "seconds": float(line[1]),
+        "rss_mib": float(line[2]),
+        "cpu_python": float(line[3]),
+        "cpu_ffmpeg": float(line[4]),
+    }
 
 
 def fix_rss(video: Path, out: Path, seg: int, overlap: int) -> tuple[float, float]:
@@ -203,9 +210,18 @@ def main() -> None:
     print(f"drift fix: {' '.join(f'{f:.0f}' for f in fps_runs)} frames/s over {args.repeat} runs; CPU per frame: "
           f"python {1000 * np.median([r['cpu_python'] for r in runs]) / frames_in:.2f} ms, "
           f"ffmpeg {1000 * np.median([r['cpu_ffmpeg'] for r in runs]) / frames_in:.2f} ms", file=sys.stderr)  # fmt: skip
-    print(f"peak RSS of drift fix: {rss_half:.0f} MiB ({args.segments // 2} segments), {rss_long:.0f} MiB ({args.segments})", file=sys.stderr)
-    print(f"uncorrected: dL_end {un['dL_end']:+.2f} dE76 mean {ru.dE76_mean:.2f} seam max {ru.seam_jump_max:.2f}", file=sys.stderr)
-    print(f"corrected:   dL_end {co['dL_end']:+.2f} dE76 mean {rc.dE76_mean:.2f} seam max {rc.seam_jump_max:.2f}", file=sys.stderr)
+    print(
+        f"peak RSS of drift fix: {rss_half:.0f} MiB ({args.segments // 2} segments), {rss_long:.0f} MiB ({args.segments})",
+        file=sys.stderr,
+    )
+    print(
+        f"uncorrected: dL_end {un['dL_end']:+.2f} dE76 mean {ru.dE76_mean:.2f} seam max {ru.seam_jump_max:.2f}",
+        file=sys.stderr,
+    )
+    print(
+        f"corrected:   dL_end {co['dL_end']:+.2f} dE76 mean {rc.dE76_mean:.2f} seam max {rc.seam_jump_max:.2f}",
+        file=sys.stderr,
+    )
     result = {
         "segments": args.segments,
         "dL_end_uncorrected": round(un["dL_end"], 3),

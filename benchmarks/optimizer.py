@@ -33,7 +33,9 @@ def _recipe(text: str):
         if key not in types:
             raise SystemExit(f"benchmarks/optimizer.py: error: recipe {text!r}: {key!r} is not a TrainConfig field")
         kind = types[key] if isinstance(types[key], str) else types[key].__name__
-        out[key] = {"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true", "yes")}.get(kind, str)(value)
+        out[key] = {"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true", "yes")}.get(kind, str)(
+            value
+        )
     return out
 
 
@@ -63,7 +65,9 @@ def main() -> None:
                 transformer, encoder = build_fresh(0)
                 load_weights(transformer, encoder, snap)
                 curve[int(snap.stem.split("-")[1])] = validation_error(transformer, encoder)
-        results.append({"recipe": text, "wall_s": round(wall, 1), "steps_per_s": round(cfg.steps / wall, 3), "curve": curve})
+        results.append(
+            {"recipe": text, "wall_s": round(wall, 1), "steps_per_s": round(cfg.steps / wall, 3), "curve": curve}
+        )
         print(f"{text}: {cfg.steps} steps in {wall:.0f} s ({cfg.steps / wall:.2f} steps/s)", flush=True)
 
     base = results[0]

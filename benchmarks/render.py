@@ -89,7 +89,9 @@ def main() -> None:
             for attention in dict.fromkeys(["dense", args.attention]):
                 r = run_one(args, seconds, attention, tmp / f"{attention}-{seconds:g}.mp4")
                 runs[attention] = r
-                print(f"{seconds:>8g} {attention:>14} {r['wall_s']:>8.2f} {r['wall_s'] / seconds:>10.3f} {r['peak_rss_mb']:>12.0f}")
+                print(
+                    f"{seconds:>8g} {attention:>14} {r['wall_s']:>8.2f} {r['wall_s'] / seconds:>10.3f} {r['peak_rss_mb']:>12.0f}"
+                )
             key = f"{seconds:g}s"
             ours = runs[args.attention]
             result[f"wall_per_video_s_{key}"] = round(ours["wall_s"] / seconds, 4)

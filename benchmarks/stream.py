@@ -44,11 +44,11 @@ def main() -> None:
     args = p.parse_args()
     warnings.simplefilter("ignore")
 
-    from videogen.stitch.report import build_report
-    from videogen.stitch.stats import frame_lab_stats
+    from videogen.config.spec import RenderSpec
     from videogen.models.loader import load_model
     from videogen.rendering.render import render
-    from videogen.config.spec import RenderSpec
+    from videogen.stitch.report import build_report
+    from videogen.stitch.stats import frame_lab_stats
     from videogen.streaming.stream import StreamSpec, stream
 
     causal = load_model(args.model, device=args.device, dtype="auto", attention="dense")
@@ -65,7 +65,7 @@ def main() -> None:
             render_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             first = None
-            for chunk in stream(StreamSpec(args.prompt, seconds=args.seconds, model=args.model), causal):
+            for _chunk in stream(StreamSpec(args.prompt, seconds=args.seconds, model=args.model), causal):
                 if first is None:
                     first = time.perf_counter() - t0
             clip_s.append(time.perf_counter() - t0)
@@ -98,15 +98,21 @@ def main() -> None:
     stats = np.concatenate(stats)
     second = int(fps)  # drift figures per 1-s window, anchored to the first second
     starts = list(range(0, len(stats), second))
-    report = build_report(stats, starts, [0] * len(starts), [(s, s) for s in starts[1:]], [0], [stats[:second, :3].mean(0)], fps=fps)
+    report = build_report(
+        stats, starts, [0] * len(starts), [(s, s) for s in starts[1:]], [0], [stats[:second, :3].mean(0)], fps=fps
+    )
     se = report.start_end
 
     ratio = ttff_med / render_med
     print(f"{'':<34}{'ours (stream)':>16}{'baseline (render)':>20}{'ratio':>9}")
     print(f"{'time to first frame, 5 s clip':<34}{ttff_med:>15.3f}s{render_med:>19.3f}s{ratio:>9.3f}   target <= 0.15")
     print(f"{'whole 5 s clip':<34}{clip_med:>15.3f}s{render_med:>19.3f}s{clip_med / render_med:>9.3f}")
-    print(f"{'sustained frames/s':<34}{sustained:>16.1f}{fps:>20.1f}{sustained / fps:>9.2f}   (baseline column: playback rate)")
-    print(f"long stream: {frames} frames ({frames / fps:.0f} s) in {long_s:.1f} s; RSS {' -> '.join(f'{r:.0f}' for r in rss)} MB")
+    print(
+        f"{'sustained frames/s':<34}{sustained:>16.1f}{fps:>20.1f}{sustained / fps:>9.2f}   (baseline column: playback rate)"
+    )
+    print(
+        f"long stream: {frames} frames ({frames / fps:.0f} s) in {long_s:.1f} s; RSS {' -> '.join(f'{r:.0f}' for r in rss)} MB"
+    )
     print(f"drift over the stream: dL* end-start {se['dL']:+.2f}, dE2000 {se['dE2000']:.2f}, contrast x{se['contrast_ratio']:.3f}, "
           f"mean dE76 per second vs the first {report.dE76_mean:.2f}, flicker {report.flicker:.5f}")  # fmt: skip
     print(json.dumps({

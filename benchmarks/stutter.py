@@ -62,7 +62,11 @@ def measure(weights: str, clips) -> dict:
     ch = codec.latent_channels
 
     def smooth(video_or_latents, scene) -> float | None:
-        frames = video_or_latents if isinstance(video_or_latents, np.ndarray) else video_to_uint8(codec.decode(video_or_latents))
+        frames = (
+            video_or_latents
+            if isinstance(video_or_latents, np.ndarray)
+            else video_to_uint8(codec.decode(video_or_latents))
+        )
         return motion_smoothness(track_colour(frames, scene.objects[0].colour), frames.shape[1])
 
     lats = [codec.encode(uint8_to_video(clip)) for _, clip in clips]
@@ -72,7 +76,9 @@ def measure(weights: str, clips) -> dict:
     w_in = transformer.patch_embedding.weight.detach()[:, :ch].reshape(transformer.patch_embedding.weight.shape[0], -1)
     to_rows = w_in.T @ torch.linalg.pinv(w_in.T)  # projector onto the patch embedding's row space
     order = torch.arange(4 * ch).view(2, 2, ch).permute(2, 0, 1).reshape(-1)  # proj_out rows: (ph, pw, c)
-    out_cols = torch.cat([transformer.proj_out.weight.detach()[order], transformer.proj_out.bias.detach()[order, None]], 1)
+    out_cols = torch.cat(
+        [transformer.proj_out.weight.detach()[order], transformer.proj_out.bias.detach()[order, None]], 1
+    )
     q = torch.linalg.qr(out_cols)[0]
     projections = {
         "pca128": lambda t: (t - mean) @ basis.T @ basis + mean,
@@ -91,7 +97,9 @@ def measure(weights: str, clips) -> dict:
             inputs = encoder.condition((1 - s) * lat + s * noise, None, text, frames)
             timestep = torch.full((1, lat.shape[2] * lat.shape[3] * lat.shape[4] // 4), s * 1000.0)
             with torch.no_grad():
-                x0 = transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+                x0 = transformer(
+                    hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False
+                )[0]
             found[f"sigma_{s}"] = smooth(x0, scene)
         for k, v in found.items():
             if v is not None:
@@ -112,7 +120,7 @@ def main() -> None:
     keys = list(next(iter(results.values())))
     print(f"{'motion_smoothness':>22} " + " ".join(f"{w[-30:]:>30}" for w in results))
     for k in keys:
-        print(f"{k:>22} " + " ".join(f"{str(r[k]):>30}" for r in results.values()))
+        print(f"{k:>22} " + " ".join(f"{r[k]!s:>30}" for r in results.values()))
     print(json.dumps({"benchmark": "stutter", "clips": args.clips, "results": results}))
 
 

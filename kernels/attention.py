@@ -118,7 +118,11 @@ def block_sparse_attention(
     """
     _check_backend(backend)
     _check_qkv(
-        q_tiles, k_tiles, v_tiles, names=("q_tiles", "k_tiles", "v_tiles"), ndim=5,
+        q_tiles,
+        k_tiles,
+        v_tiles,
+        names=("q_tiles", "k_tiles", "v_tiles"),
+        ndim=5,
         layout_desc="(B, heads, n_tiles, tile_volume, d)",
     )
     B, Hd, T, Vol, d = q_tiles.shape
@@ -214,9 +218,7 @@ def _check_tile(tile: Sequence[int], grid: tuple[int, int, int]) -> tuple[int, i
     # tiles: the only tile along f is a ragged 3-frame one), but a tile box that holds
     # the whole grid and more leaves a single partial tile: nothing to be sparse over.
     if all(t >= g for t, g in zip(tile3, grid)) and tile3 != grid:
-        raise ValueError(
-            f"`tile` {tile3} is larger than `grid` {grid}: the whole grid would be one partial tile"
-        )
+        raise ValueError(f"`tile` {tile3} is larger than `grid` {grid}: the whole grid would be one partial tile")
     return tile3
 
 
@@ -257,6 +259,4 @@ def _check_backend_inputs(
     if q.dtype not in _TRITON_DTYPES:
         raise ValueError(f"`{name}` dtype {q.dtype} is not supported by backend 'triton' (supported: {_TRITON_DTYPES})")
     if q.device.type != "cuda" and not is_interpreting():
-        raise ValueError(
-            f"backend 'triton' needs CUDA tensors (or TRITON_INTERPRET=1) but `{name}` is on {q.device}"
-        )
+        raise ValueError(f"backend 'triton' needs CUDA tensors (or TRITON_INTERPRET=1) but `{name}` is on {q.device}")

@@ -25,9 +25,20 @@ LOG2_E = 1.4426950408889634
 
 @triton.jit
 def _attend_key_block(
-    acc, l_i, m_i, q,  # running output (BLOCK_M, HEAD_DIM) fp32, row sums, row maxima; query block
-    K, V, kv_base, n_start, kv_count, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,  # running output (BLOCK_M, HEAD_DIM) fp32, row sums, row maxima; query block
+    K,
+    V,
+    kv_base,
+    n_start,
+    kv_count,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
 ):
     """Online-softmax update with key rows [n_start, n_start + BLOCK_N) of one key tile."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -99,8 +110,20 @@ def _block_sparse_attention_fwd(
             kv_count = tl.load(COUNTS + kv_tile)
             kv_base = bh_offset + kv_tile.to(tl.int64) * tile_stride
             acc, l_i, m_i = _attend_key_block(
-                acc, l_i, m_i, q, K, V, kv_base, 0, kv_count, qk_scale,
-                HEAD_DIM, BLOCK_N, DOT_PRECISION, UPCAST_DOT,
+                acc,
+                l_i,
+                m_i,
+                q,
+                K,
+                V,
+                kv_base,
+                0,
+                kv_count,
+                qk_scale,
+                HEAD_DIM,
+                BLOCK_N,
+                DOT_PRECISION,
+                UPCAST_DOT,
             )
     else:
         for s in range(0, k_sel):
@@ -109,8 +132,20 @@ def _block_sparse_attention_fwd(
             kv_base = bh_offset + kv_tile.to(tl.int64) * tile_stride
             for n_start in range(0, kv_count, BLOCK_N):  # only the valid part of the tile
                 acc, l_i, m_i = _attend_key_block(
-                    acc, l_i, m_i, q, K, V, kv_base, n_start, kv_count, qk_scale,
-                    HEAD_DIM, BLOCK_N, DOT_PRECISION, UPCAST_DOT,
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    K,
+                    V,
+                    kv_base,
+                    n_start,
+                    kv_count,
+                    qk_scale,
+                    HEAD_DIM,
+                    BLOCK_N,
+                    DOT_PRECISION,
+                    UPCAST_DOT,
                 )
 
     acc = acc / l_i[:, None]

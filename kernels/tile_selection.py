@@ -32,9 +32,7 @@ def tile_scores(q: torch.Tensor, k: torch.Tensor, layout: TileLayout) -> torch.T
     return (q_mean @ k_mean.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
 
 
-def select_topk_tiles(
-    q: torch.Tensor, k: torch.Tensor, layout: TileLayout, density: float
-) -> torch.Tensor:
+def select_topk_tiles(q: torch.Tensor, k: torch.Tensor, layout: TileLayout, density: float) -> torch.Tensor:
     """Key tiles each query tile attends to: int64 ``(B, heads, n_tiles, k_sel)``.
 
     ``k_sel = ceil(density * n_tiles)``. Row ``[b, h, i]`` lists the selected key tiles

@@ -38,13 +38,15 @@ def _check(frames_by_prompt, min_found: int, min_moving: int, min_shape: int):
 
 @pytest.mark.skipif(not is_trained(), reason="no trained built-in weights in this checkout")
 def test_the_builtin_model_renders_the_prompted_background_and_object(builtin_model, tmp_path):
+    from videogen.config.spec import RenderSpec
     from videogen.io.video import VideoReader
     from videogen.rendering.render import render
-    from videogen.config.spec import RenderSpec
 
     out = []
     for i, prompt in enumerate(PROMPTS):
-        for _ in render(RenderSpec.single(prompt, 3.0, seed=i), tmp_path / "v.mp4", model=builtin_model, thumbnail=False):
+        for _ in render(
+            RenderSpec.single(prompt, 3.0, seed=i), tmp_path / "v.mp4", model=builtin_model, thumbnail=False
+        ):
             pass
         out.append((prompt, VideoReader(tmp_path / "v.mp4").read_all()))
     _check(out, min_found=4, min_moving=3, min_shape=4)

@@ -12,10 +12,46 @@ from pathlib import Path
 
 import torch
 
-WORDS = (
-    "a an the on of and with in red green blue yellow white orange purple cyan black gray circle square "
-    "triangle cat dog car moving left right up down bouncing still background sky sea forest city night day"
-).split()
+WORDS = [
+    "a",
+    "an",
+    "the",
+    "on",
+    "of",
+    "and",
+    "with",
+    "in",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "white",
+    "orange",
+    "purple",
+    "cyan",
+    "black",
+    "gray",
+    "circle",
+    "square",
+    "triangle",
+    "cat",
+    "dog",
+    "car",
+    "moving",
+    "left",
+    "right",
+    "up",
+    "down",
+    "bouncing",
+    "still",
+    "background",
+    "sky",
+    "sea",
+    "forest",
+    "city",
+    "night",
+    "day",
+]
 
 
 def build_tokenizer():
@@ -45,7 +81,13 @@ def tiny_transformer_config(latent_channels: int = 16) -> dict:
 def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0) -> Path:
     """Write a tiny `WanPipeline` folder. `variant`: "wan2.1" (16-ch VAE, 8x) or "wan2.2-ti2v"
     (48-ch residual VAE with 2x2 patching, 16x, per-token timesteps)."""
-    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        UniPCMultistepScheduler,
+        WanPipeline,
+        WanTransformer3DModel,
+    )
     from transformers import UMT5Config, UMT5EncoderModel
 
     path = Path(path)

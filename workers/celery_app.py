@@ -55,12 +55,15 @@ class RenderTask(Task):
         if RenderTask._context is None:
             from videogen.api.storage import OutputStorage
             from videogen.api.store import JobStore
+
             from .jobs import WorkerContext
             from .models import ModelCache
 
             store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
             worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-            RenderTask._context = WorkerContext(settings, store, OutputStorage(settings.data_path), ModelCache(settings.torch_threads), worker_id)
+            RenderTask._context = WorkerContext(
+                settings, store, OutputStorage(settings.data_path), ModelCache(settings.torch_threads), worker_id
+            )
         return RenderTask._context
 
 

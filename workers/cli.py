@@ -48,7 +48,9 @@ def _missing_server_extra(command: str, modules: tuple[str, ...]) -> str | None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not missing:
         return None
-    return f"`videogen {command}` needs the server extra: pip install 'videogen[server]' (missing: {', '.join(missing)})"
+    return (
+        f"`videogen {command}` needs the server extra: pip install 'videogen[server]' (missing: {', '.join(missing)})"
+    )
 
 
 SERVE_MODULES = ("fastapi", "uvicorn", "pydantic_settings", "sqlalchemy", "multipart")
@@ -67,7 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["no_auth"] = True
     settings = ServiceSettings(**overrides)
     if settings.no_auth and not is_loopback(args.host):
-        return _error(f"--no-auth is allowed only on a loopback host (127.0.0.1, ::1, localhost), not --host {args.host}")
+        return _error(
+            f"--no-auth is allowed only on a loopback host (127.0.0.1, ::1, localhost), not --host {args.host}"
+        )
     try:
         keys = settings.tenant_by_key_hash
         settings.model_folders  # noqa: B018 - parse now, fail now

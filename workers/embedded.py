@@ -25,6 +25,7 @@ import threading
 
 from videogen.api.settings import ServiceSettings
 from videogen.api.videos import Service
+
 from .jobs import WorkerContext, run_job
 from .models import ModelCache
 

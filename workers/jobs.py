@@ -31,6 +31,7 @@ from videogen.api.spool import SpoolWriter
 from videogen.api.storage import OutputStorage
 from videogen.api.store import JobStore
 from videogen.api.tables import CANCELLED, COMPLETED, FAILED
+
 from .models import ModelCache
 
 log = logging.getLogger("videogen.worker")
@@ -56,7 +57,7 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id[-6:]}", daemon=True)
 
-    def __enter__(self) -> "LeaseKeeper":
+    def __enter__(self) -> LeaseKeeper:
         self._thread.start()
         return self
 
@@ -122,7 +123,11 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
             store.finish(job_id, worker, CANCELLED)
             return CANCELLED
         except InvalidOption as exc:
-            error = ("invalid_option", str(exc), {"guidance": "guidance_scale", "image": "input_reference"}.get(exc.option, exc.option))
+            error = (
+                "invalid_option",
+                str(exc),
+                {"guidance": "guidance_scale", "image": "input_reference"}.get(exc.option, exc.option),
+            )
         except ModelLoadError as exc:
             error = ("model_load_error", str(exc), "model")
         except NonFiniteLatents as exc:
@@ -138,10 +143,10 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
 def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     """`videogen.render()` into the job's video (an extension: its new frames, then the join).
     Returns whether a thumbnail was written."""
-    from videogen.errors import InvalidOption
-    from videogen.sampling.loop import StepProgress
-    from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, render
     from videogen.config.spec import RenderSpec
+    from videogen.errors import InvalidOption
+    from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, render
+    from videogen.sampling.loop import StepProgress
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
 
@@ -194,9 +199,9 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     stops the work within one step), before each chunk which prompt to switch to; the switches shown are recorded with the chunk (`JobStore.record_chunk`). A stream is not
     checkpointed: a job taken over after a crash streams again from frame 0, replaying the
     recorded switches at the same frames (same seed: the same video). Returns True (thumbnail)."""
+    from videogen.config.spec import StreamSpec
     from videogen.errors import RenderCancelled
     from videogen.io.video import VideoWriter
-    from videogen.config.spec import StreamSpec
     from videogen.streaming.stream import StreamControl, stream
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id

@@ -25,7 +25,9 @@ def _tiny_wan_and_input():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, 16, 3, 8, 8, generator=g)
     embeds = torch.randn(1, 7, 32, generator=g)
-    return transformer, dict(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=embeds, return_dict=False)
+    return transformer, dict(
+        hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=embeds, return_dict=False
+    )
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -15,7 +15,9 @@ def videogen(*args, cwd=None):
 
 def test_render_with_the_builtin_model_writes_mp4_and_thumbnail(tmp_path):
     out = tmp_path / "out.mp4"
-    r = videogen("render", "a red circle moving right on a black background", "--seconds", "6", "--steps", "2", "-o", str(out))
+    r = videogen(
+        "render", "a red circle moving right on a black background", "--seconds", "6", "--steps", "2", "-o", str(out)
+    )
     assert r.returncode == 0, r.stderr
     info = probe(out)
     assert (info.width, info.height, info.fps, info.num_frames) == (64, 64, 16.0, 96)
@@ -111,7 +113,10 @@ def test_unwritable_output_is_rejected(tmp_path):
 def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):
     from videogen.cli import main
 
-    assert main(["train", "builtin", *args, "--workdir", str(tmp_path / "w"), "--output", str(tmp_path / "o.safetensors")]) == 2
+    assert (
+        main(["train", "builtin", *args, "--workdir", str(tmp_path / "w"), "--output", str(tmp_path / "o.safetensors")])
+        == 2
+    )
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("videogen: error:") and message in lines[0], lines
     assert not list(tmp_path.iterdir())

@@ -118,6 +118,8 @@ def test_fix_stream_equals_the_in_memory_stitcher_and_reuses_its_buffers(chained
 
     monkeypatch.setattr(cli, "VideoWriter", Capture)
     counts = {}
-    written = cli.fix_stream(reader, Stitcher(1, DriftConfig()), tmp_path / "s.mp4", n, preset="ultrafast", counts=counts)
+    written = cli.fix_stream(
+        reader, Stitcher(1, DriftConfig()), tmp_path / "s.mp4", n, preset="ultrafast", counts=counts
+    )
     assert cli.SEGMENT_BUFFERS < 6 and counts["frames_in"] == 3 * SEG
     assert written == len(want) and np.array_equal(np.concatenate(Capture.frames), want)

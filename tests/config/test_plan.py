@@ -2,8 +2,8 @@
 
 import pytest
 
-from videogen.errors import InvalidOption
 from videogen.config.plan import frames_for, plan_render
+from videogen.errors import InvalidOption
 
 
 def _check_plan(plan, tf=4):
@@ -81,7 +81,9 @@ def test_segment_times_keep_one_clock_across_a_shot(seconds, segment_seconds, ov
 
     fps = 16
     total = frames_for(seconds, fps)
-    plan = plan_render([("a", total), ("b", total)], fps=fps, segment_frames=round(segment_seconds * fps), overlap_frames=overlap)
+    plan = plan_render(
+        [("a", total), ("b", total)], fps=fps, segment_frames=round(segment_seconds * fps), overlap_frames=overlap
+    )
     times = segment_times(plan)
     written, prev = 0, -1.0
     for seg, t in zip(plan.segments, times):

@@ -59,12 +59,18 @@ def test_a_render_resolves_alike_from_the_cli_the_api_and_python(tmp_path):
 
     cli = resolve_render(spec_from_args(_cli_args("render", PROMPT, "-o", "x.mp4", "--seconds", "2.5", "--steps", "3",
                                                   "--guidance", "2.5", "--size", "64x64")))  # fmt: skip
-    checked, job = _api_render_job(tmp_path, {"prompt": PROMPT, "seconds": 2.5, "steps": 3, "guidance_scale": 2.5, "size": "64x64"})
+    checked, job = _api_render_job(
+        tmp_path, {"prompt": PROMPT, "seconds": 2.5, "steps": 3, "guidance_scale": 2.5, "size": "64x64"}
+    )
     worker = resolve_render(RenderSpec.from_dict(job.spec))  # what the worker renders from the stored job
     python = resolve_render(RenderSpec.single(PROMPT, 2.5, steps=3, guidance=2.5, size=(64, 64)))
     assert cli == checked.resolved == worker == python
     preset = get_preset("builtin")
-    assert (python.model, python.settings.fps, python.settings.overlap_frames) == ("builtin", preset.fps, preset.overlap_frames)
+    assert (python.model, python.settings.fps, python.settings.overlap_frames) == (
+        "builtin",
+        preset.fps,
+        preset.overlap_frames,
+    )
     assert (python.settings.steps, python.settings.guidance, python.attention) == (3, 2.5, preset.attention)
     assert python.plan.total_frames == 40 and python.total_steps == 3 * len(python.plan)
 
@@ -106,7 +112,9 @@ def test_a_folders_geometry_read_from_its_configs_matches_the_loaded_model(varia
     from videogen.models.loader import load_model
 
     folder = request.getfixturevalue(variant)
-    assert geometry_for(resolve_preset(str(folder))) == geometry_of(load_model(str(folder), device="cpu", dtype="float32"))
+    assert geometry_for(resolve_preset(str(folder))) == geometry_of(
+        load_model(str(folder), device="cpu", dtype="float32")
+    )
 
 
 @pytest.mark.parametrize("spec, option", [

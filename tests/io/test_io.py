@@ -88,7 +88,11 @@ def test_the_encode_command_pipes_raw_frames_into_h264_yuv420p_with_the_index_fi
     assert cmd[source + 1] == "pipe:0"
     assert [_value(inputs, f) for f in ("-f", "-pix_fmt", "-s", "-r")] == ["rawvideo", "rgb0", "64x48", "16"]
     assert [_value(outputs, f) for f in ("-vcodec", "-pix_fmt", "-crf", "-preset", "-movflags")] == [
-        "libx264", "yuv420p", "17", "medium", "+faststart"
+        "libx264",
+        "yuv420p",
+        "17",
+        "medium",
+        "+faststart",
     ]
     assert "-an" in outputs and "out.mp4" in outputs
 

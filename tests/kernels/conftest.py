@@ -32,7 +32,11 @@ def random_qkv(
 
 
 def reference_with_tolerance(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], tile: tuple[int, int, int],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grid: tuple[int, int, int],
+    tile: tuple[int, int, int],
     density: float,
 ) -> tuple[torch.Tensor, float]:
     """fp32 masked-dense reference output and the error a backend may have against it.

@@ -85,11 +85,15 @@ def test_gates_are_a_distribution_per_slot_and_an_empty_prompt_uses_the_bias():
 def test_condition_builds_the_whole_transformer_input_and_defaults_absolute_to_frames():
     _, enc = build_fresh(0)
     latents = torch.randn(2, 192, 3, 8, 8)
-    embeds = enc.encode(["a red circle moving left on a black background", "a blue square bouncing on a gray background"])
+    embeds = enc.encode(
+        ["a red circle moving left on a black background", "a blue square bouncing on a gray background"]
+    )
     x = enc.condition(latents, None, embeds)
     assert x.shape == (2, TRANSFORMER_CONFIG["in_channels"], 3, 8, 8)
     torch.testing.assert_close(x[:, :192], latents)
-    torch.testing.assert_close(enc.condition(latents, [5, 6, 7], embeds), enc.condition(latents, [5, 6, 7], embeds, [5, 6, 7]))
+    torch.testing.assert_close(
+        enc.condition(latents, [5, 6, 7], embeds), enc.condition(latents, [5, 6, 7], embeds, [5, 6, 7])
+    )
     assert not torch.allclose(x, enc.condition(latents, None, embeds, [5, 6, 7]))
 
 

@@ -10,10 +10,10 @@ import re
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny_wan import tiny_transformer_config
 
 from videogen.errors import InvalidOption
 from videogen.models.loader import load_model
-from tiny_wan import tiny_transformer_config
 from videogen.models.wan_original import convert_wan_original_state_dict, infer_wan_config, load_wan_original
 
 # diffusers name -> original Wan name, outside the blocks
@@ -108,7 +108,9 @@ def checkpoints(source, tmp_path_factory):
     root = tmp_path_factory.mktemp("checkpoints")
     save_file(original_state(source), root / "plain.safetensors")
     decoy = original_state(tiny_transformer(seed=2), "model.")
-    torch.save({"generator_ema": original_state(source, "model."), "generator": decoy, "step": 600}, root / "self_forcing.pt")
+    torch.save(
+        {"generator_ema": original_state(source, "model."), "generator": decoy, "step": 600}, root / "self_forcing.pt"
+    )
     # FSDP wraps the model and each block: "_fsdp_wrapped_module.blocks.0._fsdp_wrapped_module.self_attn.q.weight"
     fsdp = {"_fsdp_wrapped_module." + re.sub(r"^(blocks\.\d+\.)", r"\1_fsdp_wrapped_module.", k): v
             for k, v in original_state(source).items()}  # fmt: skip
@@ -163,7 +165,9 @@ def test_generator_ema_is_preferred_over_generator(source, checkpoints):
 def test_a_checkpoint_that_pickles_an_object_needs_trust_and_then_loads_after_a_warning(source, tmp_path, monkeypatch):
     import argparse
 
-    torch.save({"generator": original_state(source, "model."), "args": argparse.Namespace(lr=2e-6)}, tmp_path / "args.pt")
+    torch.save(
+        {"generator": original_state(source, "model."), "args": argparse.Namespace(lr=2e-6)}, tmp_path / "args.pt"
+    )
     with pytest.raises(ValueError, match="pickles argparse.Namespace.*VIDEOGEN_TRUST_CHECKPOINTS=1"):
         load_wan_original(tmp_path / "args.pt", head_dim=12)
     monkeypatch.setenv("VIDEOGEN_TRUST_CHECKPOINTS", "1")
@@ -182,7 +186,10 @@ def test_an_unknown_key_is_named(source, tmp_path):
     state = original_state(source)
     state["blocks.0.self_attn.q.lora_A.weight"] = torch.zeros(4, 24)
     save_file(state, tmp_path / "lora.safetensors")
-    with pytest.raises(ValueError, match=r"lora\.safetensors: 1 key\(s\) are not Wan transformer parameters in original naming: .*q\.lora_A"):
+    with pytest.raises(
+        ValueError,
+        match=r"lora\.safetensors: 1 key\(s\) are not Wan transformer parameters in original naming: .*q\.lora_A",
+    ):
         load_wan_original(tmp_path / "lora.safetensors", head_dim=12)
 
 
@@ -190,7 +197,9 @@ def test_a_wrong_shape_is_named(source, tmp_path):
     state = original_state(source)
     state["blocks.1.ffn.0.weight"] = state["blocks.1.ffn.0.weight"][:16]
     save_file(state, tmp_path / "cut.safetensors")
-    with pytest.raises(ValueError, match=r"cut\.safetensors: .*wrong shape: blocks\.1\.ffn\.net\.0\.proj\.weight is \(16, 24\)"):
+    with pytest.raises(
+        ValueError, match=r"cut\.safetensors: .*wrong shape: blocks\.1\.ffn\.net\.0\.proj\.weight is \(16, 24\)"
+    ):
         load_wan_original(tmp_path / "cut.safetensors", head_dim=12)
 
 
@@ -209,11 +218,15 @@ def test_load_model_with_a_checkpoint_renders_with_its_weights(tiny_wan21, sourc
 def test_a_checkpoint_of_another_architecture_is_an_invalid_option(tiny_wan21, tmp_path):
     bigger = tiny_transformer(seed=0, num_layers=3)
     save_file(original_state(bigger), tmp_path / "three.safetensors")
-    with pytest.raises(InvalidOption, match=r"checkpoint=.*three\.safetensors.*has num_layers=3; the model's has num_layers=2"):
+    with pytest.raises(
+        InvalidOption, match=r"checkpoint=.*three\.safetensors.*has num_layers=3; the model's has num_layers=2"
+    ):
         load_model(str(tiny_wan21), device="cpu", dtype="float32", checkpoint=str(tmp_path / "three.safetensors"))
 
 
-@pytest.mark.parametrize("name, reason", [("junk.pt", "neither a torch file nor a .safetensors one"), ("missing.pt", "no such file")])
+@pytest.mark.parametrize(
+    "name, reason", [("junk.pt", "neither a torch file nor a .safetensors one"), ("missing.pt", "no such file")]
+)
 def test_the_cli_reports_a_bad_checkpoint_in_one_line_with_exit_2(name, reason, tmp_path, capsys):
     from videogen.cli import main
 

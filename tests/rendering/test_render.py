@@ -161,7 +161,12 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     common = dict(steps=2, segment_seconds=1.0, overlap_frames=5, seed=11)
     prompt = "a yellow square moving down on a gray background"
     _run(RenderSpec.single(prompt, 53 / 16, **common), tmp_path / "whole.mp4", model=builtin_model)
-    _run(RenderSpec.single(prompt, 29 / 16, **common), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "src.tail")
+    _run(
+        RenderSpec.single(prompt, 29 / 16, **common),
+        tmp_path / "src.mp4",
+        model=builtin_model,
+        tail=tmp_path / "src.tail",
+    )
     events = _run(RenderSpec.single(prompt, 24 / 16, **common), tmp_path / "ext.mp4", model=builtin_model,
                   continue_from=tmp_path / "src.tail")  # fmt: skip
     assert events[0].plan.segments[0].prefix_latent_frames == 2  # conditioned on the source's tail
@@ -192,7 +197,9 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
 
 
 def test_a_continuation_must_match_the_source_settings(builtin_model, tmp_path):
-    _run(RenderSpec.single("a red circle", 1.0, steps=2), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "t")
+    _run(
+        RenderSpec.single("a red circle", 1.0, steps=2), tmp_path / "src.mp4", model=builtin_model, tail=tmp_path / "t"
+    )
     with pytest.raises(InvalidOption, match=r"continue_from.*fps"):
         list(render(RenderSpec.single("a red circle", 1.0, steps=2, fps=8), tmp_path / "e.mp4", model=builtin_model,
                     continue_from=tmp_path / "t"))  # fmt: skip
@@ -214,7 +221,9 @@ def test_a_video_can_start_from_an_image(builtin_model, tmp_path):
     first = VideoReader(tmp_path / "a.mp4").read_all()[0].astype(int)
     from PIL import Image
 
-    expected = np.asarray(Image.open(tmp_path / "a.png").convert("RGB").resize((85, 64), Image.LANCZOS).crop((10, 0, 74, 64)))
+    expected = np.asarray(
+        Image.open(tmp_path / "a.png").convert("RGB").resize((85, 64), Image.LANCZOS).crop((10, 0, 74, 64))
+    )
     assert np.abs(first - expected.astype(int)).mean() < 4  # the image is the first frame (H.264 aside)
     spec_b = RenderSpec.single("a red circle", 1.0, steps=2, image=_image(tmp_path / "b.png", (0, 200, 0)))
     _run(spec_b, tmp_path / "b.mp4", model=builtin_model)
@@ -232,7 +241,9 @@ def test_an_image_through_a_wan_vae(tiny_wan22, tmp_path):
 def test_an_unreadable_image_is_named(builtin_model, tmp_path):
     (tmp_path / "x.png").write_text("not an image")
     with pytest.raises(InvalidOption, match="image="):
-        list(render(RenderSpec.single("x", 1.0, image=str(tmp_path / "x.png")), tmp_path / "o.mp4", model=builtin_model))
+        list(
+            render(RenderSpec.single("x", 1.0, image=str(tmp_path / "x.png")), tmp_path / "o.mp4", model=builtin_model)
+        )
     with pytest.raises(InvalidOption, match="no such image"):
         RenderSpec.single("x", 1.0, image=str(tmp_path / "missing.png")).validate()
     assert not (tmp_path / "o.mp4").exists()

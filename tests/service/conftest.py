@@ -57,8 +57,11 @@ def free_port() -> int:
 def tiny_model(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny-wan"
     # In a subprocess: the test process itself stays free of torch (so does the API).
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(path)!r})"],
-                   check=True, capture_output=True, env=_env({}))  # fmt: skip
+    tests = str(Path(__file__).resolve().parent.parent)  # where tiny_wan.py lies
+    code = (
+        f"import sys; sys.path.insert(0, {tests!r}); from tiny_wan import save_tiny_wan; save_tiny_wan({str(path)!r})"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=_env({}))
     return path
 
 
@@ -70,7 +73,9 @@ def config_dir(tmp_path_factory, tiny_model) -> Path:
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_") and k not in ("REDIS_URL", "DATABASE_URL")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_") and k not in ("REDIS_URL", "DATABASE_URL")
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
@@ -204,8 +209,12 @@ def redis_url(tmp_path_factory):
 @pytest.fixture
 def fleet_env(redis_url, tmp_path) -> dict[str, str]:
     """A fleet of its own: a queue name no other test run shares, a SQLite store both sides see."""
-    return {"REDIS_URL": redis_url, "VIDEOGEN_QUEUE": f"videogen-test-{uuid.uuid4().hex[:8]}",
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'data' / 'jobs.db'}", "VIDEOGEN_DATA_DIR": str(tmp_path / "data")}
+    return {
+        "REDIS_URL": redis_url,
+        "VIDEOGEN_QUEUE": f"videogen-test-{uuid.uuid4().hex[:8]}",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'data' / 'jobs.db'}",
+        "VIDEOGEN_DATA_DIR": str(tmp_path / "data"),
+    }
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def sse_events(client: httpx.Client, video_id: str, timeout: float = 60.0) -> li
     return events
 
 
-def decode(path) -> "numpy.ndarray":  # noqa: F821
+def decode(path) -> numpy.ndarray:  # noqa: F821
     from videogen.io.video import VideoReader  # torch-free: keeps the test process light
 
     return VideoReader(path).read_all()

@@ -36,7 +36,13 @@ def test_the_official_openai_client_creates_lists_downloads_and_deletes(server, 
         warnings.simplefilter("ignore")
         video = client.videos.create(prompt="a blue square moving left", model="tiny", seconds="2", size="32x32",
                                      extra_body={"seed": 7})  # fmt: skip
-        assert (video.object, video.status, video.progress, video.seconds, video.size) == ("video", "queued", 0, "2", "32x32")
+        assert (video.object, video.status, video.progress, video.seconds, video.size) == (
+            "video",
+            "queued",
+            0,
+            "2",
+            "32x32",
+        )
         video = client.videos.poll(video.id, poll_interval_ms=50)
         assert video.status == "completed" and video.progress == 100 and video.expires_at > video.completed_at
         assert video.id in [v.id for v in client.videos.list(limit=100, order="desc").data]
@@ -178,7 +184,9 @@ def test_unknown_ids_are_404_and_missing_or_wrong_keys_401(server, alpha):
 def test_an_extension_continues_the_source_video_and_serves_source_plus_new_frames(alpha, tmp_path):
     source = create(alpha, **FAST)
     wait_done(alpha, source["id"])
-    r = alpha.post("/v1/videos/extensions", json={"prompt": "a green circle", "seconds": "1", "video": {"id": source["id"]}})
+    r = alpha.post(
+        "/v1/videos/extensions", json={"prompt": "a green circle", "seconds": "1", "video": {"id": source["id"]}}
+    )
     assert r.status_code == 200, r.text
     ext = wait_done(alpha, r.json()["id"])
     assert (ext["status"], ext["seconds"], ext["extended_from_video_id"]) == ("completed", "3", source["id"])
@@ -191,7 +199,9 @@ def test_an_extension_continues_the_source_video_and_serves_source_plus_new_fram
     assert report["num_frames"] == 24  # the drift report covers the whole extended video
     plot = alpha.get(f"/v1/videos/{ext['id']}/content", params={"variant": "drift_plot"})
     assert plot.status_code == 200 and plot.content[:4] == b"\x89PNG"
-    again = alpha.post("/v1/videos/extensions", json={"prompt": "a red circle", "seconds": "1", "video": {"id": ext["id"]}})
+    again = alpha.post(
+        "/v1/videos/extensions", json={"prompt": "a red circle", "seconds": "1", "video": {"id": ext["id"]}}
+    )
     assert wait_done(alpha, again.json()["id"])["seconds"] == "4"  # extensions chain
 
 

@@ -42,7 +42,7 @@ def test_api_keys_map_to_tenants_by_hash_only():
     assert s.tenant_by_key_hash == {hash_key("k1"): "alpha", hash_key("k2"): "beta"}
     assert "k1" not in repr(s)
     with pytest.raises(ValueError):
-        ServiceSettings(api_keys="no-tenant").tenant_by_key_hash
+        _ = ServiceSettings(api_keys="no-tenant").tenant_by_key_hash
 
 
 def test_storage_builds_paths_from_job_ids_only(tmp_path):

@@ -28,7 +28,9 @@ def test_a_celery_worker_renders_a_job_sent_through_redis(fleet, fleet_env, cele
     assert decode(tmp_path / "v.mp4").shape == (16, 32, 32, 3)
 
 
-def test_kill_9_mid_job_resumes_from_the_last_segment_and_the_video_is_identical(fleet, fleet_env, celery_worker, tmp_path):
+def test_kill_9_mid_job_resumes_from_the_last_segment_and_the_video_is_identical(
+    fleet, fleet_env, celery_worker, tmp_path
+):
     first = celery_worker(fleet_env)
     with fleet.client() as c:
         job = c.post("/v1/videos", json=SLOW).json()
@@ -43,7 +45,7 @@ def test_kill_9_mid_job_resumes_from_the_last_segment_and_the_video_is_identical
         starts = [d for k, d in events if k == "status" and d["status"] == "in_progress"]
         assert len(starts) == 2 and starts[1]["resumed_segments"] >= at_kill["segments_done"]
         resumed = starts[1]["resumed_segments"]
-        after_restart = [d for k, d in events[events.index(("status", starts[1])):] if k == "segment"]
+        after_restart = [d for k, d in events[events.index(("status", starts[1])) :] if k == "segment"]
         assert [d["resumed"] for d in after_restart[:resumed]] == [True] * resumed  # not generated again
         assert not any(d["resumed"] for d in after_restart[resumed:])
 

@@ -14,8 +14,12 @@ def test_a_missing_server_extra_is_one_line_naming_the_extra(command, missing, m
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
     func = cli.cmd_serve if command == "serve" else cli.cmd_worker
-    args = argparse.Namespace(host="127.0.0.1", port=0, data_dir=None, no_auth=True, log_level="info", gpu=None, name=None)
+    args = argparse.Namespace(
+        host="127.0.0.1", port=0, data_dir=None, no_auth=True, log_level="info", gpu=None, name=None
+    )
     assert func(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"videogen: error: `videogen {command}` needs the server extra: "
-                   f"pip install 'videogen[server]' (missing: {missing})"]
+    assert err == [
+        f"videogen: error: `videogen {command}` needs the server extra: "
+        f"pip install 'videogen[server]' (missing: {missing})"
+    ]

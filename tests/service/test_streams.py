@@ -91,9 +91,8 @@ def ws(server, video_id: str, key: str | None = "key-alpha", query: str = ""):
 
 
 def ws_refusal(server, video_id: str, **kw) -> tuple[int, dict]:
-    with pytest.raises(InvalidStatus) as err:
-        with ws(server, video_id, **kw):
-            pass
+    with pytest.raises(InvalidStatus) as err, ws(server, video_id, **kw):
+        pass
     return err.value.response.status_code, json.loads(err.value.response.body)
 
 
@@ -126,7 +125,9 @@ def test_mjpeg_serves_every_frame_while_the_stream_is_made_and_the_result_is_a_n
     assert (done["status"], done["progress"], done["stream"]["frames_done"]) == ("completed", 100, 48)
     (tmp_path / "s.mp4").write_bytes(alpha.get(f"/v1/videos/{video['id']}/content").content)
     assert decode(tmp_path / "s.mp4").shape == (48, 64, 64, 3)
-    assert alpha.get(f"/v1/videos/{video['id']}/content", params={"variant": "thumbnail"}).content.startswith(b"\x89PNG")
+    assert alpha.get(f"/v1/videos/{video['id']}/content", params={"variant": "thumbnail"}).content.startswith(
+        b"\x89PNG"
+    )
     progress = [d for k, d in sse_events(alpha, video["id"]) if k == "progress"]  # one event per chunk
     assert [(d["chunk"], d["first_frame"], d["frames"]) for d in progress] == [(0, 0, 1), (1, 1, 12), (2, 13, 12),
                                                                                (3, 25, 12), (4, 37, 11)]  # fmt: skip
@@ -158,7 +159,12 @@ def test_a_prompt_switched_over_the_websocket_changes_later_chunks_and_is_record
     assert len(frames) == sum(c["frames"] for c in chunks) == 64 and jpeg_size(frames[-1]) == (64, 64)
 
     done = wait_done(alpha, video["id"])
-    switch = {"at_seconds": chunks[k]["first_frame"] / 16, "frame": chunks[k]["first_frame"], "chunk": k, "prompt": BLUE}
+    switch = {
+        "at_seconds": chunks[k]["first_frame"] / 16,
+        "frame": chunks[k]["first_frame"],
+        "chunk": k,
+        "prompt": BLUE,
+    }
     assert done["stream"]["prompt_switches"] == [switch] and done["stream"]["prompt"] == BLUE
     assert done["prompt"] == RED  # what it was created with
     assert [d for kind, d in sse_events(alpha, video["id"]) if kind == "prompt"] == [{"id": video["id"], **switch}]
@@ -168,7 +174,9 @@ def test_a_prompt_switched_over_the_websocket_changes_later_chunks_and_is_record
 
 def test_cancel_over_the_websocket_stops_the_stream(alpha, server):
     video = create(alpha, seconds=60)  # 960 frames: far longer than the test
-    with ws(server, video["id"], query=f"api_key=key-alpha&from=0", key=None) as sock:  # the browser's way to authenticate
+    with ws(
+        server, video["id"], query="api_key=key-alpha&from=0", key=None
+    ) as sock:  # the browser's way to authenticate
         while not isinstance(sock.recv(timeout=60), bytes):  # the first frame
             pass
         sock.send(json.dumps({"type": "cancel"}))
@@ -242,9 +250,14 @@ def test_bad_stream_requests_are_a_400_naming_the_parameter(alpha, body, param):
 
 
 def test_stream_requests_on_a_video_that_is_not_a_stream_or_with_bad_values_are_named(alpha, server):
-    plain = alpha.post("/v1/videos", json={"prompt": "a red circle", "model": "tiny", "seconds": "2", "size": "32x32"}).json()
+    plain = alpha.post(
+        "/v1/videos", json={"prompt": "a red circle", "model": "tiny", "seconds": "2", "size": "32x32"}
+    ).json()
     assert plain["stream"] is None
-    for r in (alpha.get(f"/v1/videos/{plain['id']}/stream"), alpha.post(f"/v1/videos/{plain['id']}/prompt", json={"prompt": BLUE})):
+    for r in (
+        alpha.get(f"/v1/videos/{plain['id']}/stream"),
+        alpha.post(f"/v1/videos/{plain['id']}/prompt", json={"prompt": BLUE}),
+    ):
         error = r.json()["error"]
         assert r.status_code == 400 and (error["param"], error["code"]) == ("video_id", "not_a_stream")
         assert plain["id"] in error["message"]

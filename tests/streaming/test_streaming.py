@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from videogen.attention.call import AttentionCall, attention_call, current_attention_call
-from videogen.attention.causal import CausalCall
-from videogen.attention.causal import chunk_frames_of, new_cache, plan_chunk
+from videogen.attention.causal import CausalCall, chunk_frames_of, new_cache, plan_chunk
 from videogen.models.builtin import TRANSFORMER_CONFIG, build_fresh
 from videogen.sampling.forward import block_causal_forward
 from videogen.streaming import StreamControl, StreamSpec, stream
@@ -36,7 +35,10 @@ def _cached_forward(transformer, x, timesteps, embeds, chunk, first, sink, windo
         frames = chunk_frames_of(j, chunk, first)
         plan = plan_chunk(cache, transformer, frames, grid_hw)
         n = len(frames) * grid_hw[0] * grid_hw[1]
-        with torch.no_grad(), attention_call(AttentionCall(causal=CausalCall("cache", plan=plan, cache=cache, write=True))):
+        with (
+            torch.no_grad(),
+            attention_call(AttentionCall(causal=CausalCall("cache", plan=plan, cache=cache, write=True))),
+        ):
             outs.append(transformer(hidden_states=x[:, :, frames], timestep=torch.full((1, n), t),
                                     encoder_hidden_states=embeds, return_dict=False)[0])  # fmt: skip
         cache.commit(frames, x[:, :, frames])
@@ -65,12 +67,16 @@ def test_block_causal_forward_ignores_the_future_and_bidirectional_does_not(tiny
     g = torch.Generator().manual_seed(2)
     x = torch.randn(1, TRANSFORMER_CONFIG["in_channels"], 6, 8, 8, generator=g)
     y = x.clone()
-    y[:, :, 3:] = torch.randn(1, TRANSFORMER_CONFIG["in_channels"], 3, 8, 8, generator=g)  # change the second chunk only
+    y[:, :, 3:] = torch.randn(
+        1, TRANSFORMER_CONFIG["in_channels"], 3, 8, 8, generator=g
+    )  # change the second chunk only
     embeds = encoder.encode(["a blue square"])
     t = torch.full((1, 6 * 16), 500.0)
     with torch.no_grad():
         a, b = (block_causal_forward(transformer, v, t, embeds, 3, first_chunk_frames=3) for v in (x, y))
-        da, db = (transformer(hidden_states=v, timestep=t, encoder_hidden_states=embeds, return_dict=False)[0] for v in (x, y))
+        da, db = (
+            transformer(hidden_states=v, timestep=t, encoder_hidden_states=embeds, return_dict=False)[0] for v in (x, y)
+        )
     torch.testing.assert_close(a[:, :, :3], b[:, :, :3], rtol=0, atol=1e-6)
     assert (da[:, :, :3] - db[:, :, :3]).abs().max() > 1e-3  # the ordinary model does look ahead
     assert current_attention_call() is None  # the call's context ends with it
@@ -157,7 +163,9 @@ def test_stream_is_deterministic_and_has_the_exact_length(causal_model):
 
 def test_prompt_switch_rebuilds_the_cache_under_the_new_prompt(causal_model):
     base = StreamSpec("a red circle moving right on a black background", seconds=3.0, steps=2)
-    switched = StreamSpec(base.prompt, seconds=3.0, steps=2, switches=[(1.0, "a white square staying still on a blue background")])
+    switched = StreamSpec(
+        base.prompt, seconds=3.0, steps=2, switches=[(1.0, "a white square staying still on a blue background")]
+    )
     a = list(stream(base, causal_model))
     b = list(stream(switched, causal_model))
     # identical until the switch, different after it; the switch lands on the first chunk boundary past 1 s
@@ -204,7 +212,15 @@ def test_cli_stream_writes_mp4_and_mjpeg_to_stdout(tmp_path):
 
     from videogen.io.video import probe
 
-    cmd = [sys.executable, "-m", "videogen.cli", "stream", "a red circle moving right on a black background", "--seconds", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "videogen.cli",
+        "stream",
+        "a red circle moving right on a black background",
+        "--seconds",
+        "2",
+    ]
     out = tmp_path / "s.mp4"
     r = subprocess.run(cmd + ["-o", str(out), "-q", "--steps", "2"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

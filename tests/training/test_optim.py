@@ -97,8 +97,14 @@ def test_the_built_in_models_hidden_matrices_go_to_muon_and_the_rest_to_adamw():
         ("text.context.1.self_attn.in_proj_weight", 3),
     }
     rest_names = {names[id(p)] for p in rest}
-    adamw = ["transformer.patch_embedding.weight", "transformer.proj_out.weight", "text.embed.weight",
-             "text.layout.gate.weight", "transformer.blocks.0.attn1.to_q.bias", "transformer.scale_shift_table"]
+    adamw = [
+        "transformer.patch_embedding.weight",
+        "transformer.proj_out.weight",
+        "text.embed.weight",
+        "text.layout.gate.weight",
+        "transformer.blocks.0.attn1.to_q.bias",
+        "transformer.scale_shift_table",
+    ]
     assert set(adamw) <= rest_names
     assert len(hidden) + len(fused) + len(rest) == len(named)
 

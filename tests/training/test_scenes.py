@@ -93,7 +93,9 @@ def test_the_generator_shapes_are_far_apart_in_radial_profile():
 
 def test_the_detector_rejects_a_wrong_video():
     scene, _ = eval_prompts(1, 0)[0]
-    other = parse_caption(scene.caption().replace(scene.objects[0].colour, "white" if scene.objects[0].colour != "white" else "red"))
+    other = parse_caption(
+        scene.caption().replace(scene.objects[0].colour, "white" if scene.objects[0].colour != "white" else "red")
+    )
     wrong = render_scene(other, 81)
     assert not score_frames(wrong, scene).correct
 
@@ -107,7 +109,9 @@ def test_canonical_start_puts_objects_where_their_motion_begins():
     one = Scene((SceneObject("red", "circle", "right", 0.9, 0.1),), "black")
     o = canonical_start(one, rng).objects[0]
     assert abs(o.x0 - 0.25) <= 0.06 and abs(o.y0 - 0.5) <= 0.06
-    two = Scene((SceneObject("red", "circle", "up", 0.1, 0.1), SceneObject("blue", "square", "still", 0.1, 0.1)), "black")
+    two = Scene(
+        (SceneObject("red", "circle", "up", 0.1, 0.1), SceneObject("blue", "square", "still", 0.1, 0.1)), "black"
+    )
     a, b = canonical_start(two, rng).objects
     assert abs(a.x0 - 0.3) <= 0.06 and abs(a.y0 - 0.75) <= 0.06  # up: starts low, first object left
     assert abs(b.x0 - 0.7) <= 0.06 and abs(b.y0 - 0.5) <= 0.06

@@ -34,7 +34,9 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, optimizer):
 
 
 def _check_resume(tmp_path, tiny):
-    full = train_builtin(TrainConfig(steps=4, **tiny), tmp_path / "a", output=tmp_path / "a.safetensors", log=lambda m: None)
+    full = train_builtin(
+        TrainConfig(steps=4, **tiny), tmp_path / "a", output=tmp_path / "a.safetensors", log=lambda m: None
+    )
     train_builtin(TrainConfig(steps=2, **tiny), tmp_path / "b", output=tmp_path / "b2.safetensors", log=lambda m: None)
     resumed = train_builtin(TrainConfig(steps=4, **tiny), tmp_path / "b", output=tmp_path / "b.safetensors",
                             log=lambda m: None)  # fmt: skip
@@ -77,7 +79,9 @@ def test_a_time_budgeted_run_is_the_fixed_step_run_it_logs(tmp_path):
             torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=1e-6)
         # resuming the finished budgeted run keeps its step count: nothing more to do
         again = []
-        train_builtin(TrainConfig(minutes=0.04, **budget), tmp_path / "t", output=tmp_path / "t2.safetensors", log=again.append)
+        train_builtin(
+            TrainConfig(minutes=0.04, **budget), tmp_path / "t", output=tmp_path / "t2.safetensors", log=again.append
+        )
         assert not any(m.startswith(("time budget", "step ")) for m in again), again
         for k, v in load_file(str(tmp_path / "t2.safetensors")).items():
             torch.testing.assert_close(v, wa[k], rtol=0, atol=0)
@@ -90,7 +94,10 @@ def test_snapshots_keep_the_ema_weights_along_the_run(tmp_path):
     snapshot is the exported weights, the earlier ones differ from them."""
     out = train_builtin(TrainConfig(steps=4, snapshot_every=2, **TINY), tmp_path / "w", output=tmp_path / "o.safetensors",
                         log=lambda m: None)  # fmt: skip
-    assert sorted(p.name for p in (tmp_path / "w").glob("ema-*")) == ["ema-000002.safetensors", "ema-000004.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "w").glob("ema-*")) == [
+        "ema-000002.safetensors",
+        "ema-000004.safetensors",
+    ]
     final, last, early = (load_file(str(p)) for p in (out, tmp_path / "w" / "ema-000004.safetensors",
                                                        tmp_path / "w" / "ema-000002.safetensors"))  # fmt: skip
     assert all(torch.equal(final[k], last[k]) for k in final)
@@ -114,7 +121,9 @@ def test_training_falls_back_to_eager_where_compile_cannot_build(tmp_path, monke
     try:
         logs = []
         cfg = dict(TINY, compile=True)
-        a = train_builtin(TrainConfig(steps=2, **cfg), tmp_path / "a", output=tmp_path / "a.safetensors", log=logs.append)
+        a = train_builtin(
+            TrainConfig(steps=2, **cfg), tmp_path / "a", output=tmp_path / "a.safetensors", log=logs.append
+        )
         b = train_builtin(TrainConfig(steps=2, **TINY), tmp_path / "b", output=tmp_path / "b.safetensors",
                           log=lambda m: None)  # fmt: skip
     finally:

@@ -128,7 +128,9 @@ def chunk_frames_of(index: int, chunk_frames: int, first_chunk_frames: int) -> l
     return list(range(start, start + chunk_frames))
 
 
-def plan_chunk(cache: KVCache, transformer: Any, frames: list[int], grid_hw: tuple[int, int], clock_base: int = 0) -> ChunkPlan:
+def plan_chunk(
+    cache: KVCache, transformer: Any, frames: list[int], grid_hw: tuple[int, int], clock_base: int = 0
+) -> ChunkPlan:
     """The plan for forward passes over the chunk holding latent `frames` (consecutive): which
     cached tokens it sees and the re-indexed RoPE positions of both. Frames at or past the sinks
     reach time-dependent conditioning as f - `clock_base` (a long stream re-bases its clock,
@@ -180,7 +182,6 @@ class CausalCall:
             raise ValueError(f"CausalCall.mode must be 'full' or 'cache', got {self.mode!r}")
 
 
-
 def block_causal_mask(n_tokens: int, call: CausalCall, device: torch.device) -> torch.Tensor:
     """(N, N) bool, True = may attend: key chunk <= query chunk."""
     frame = torch.arange(n_tokens, device=device) // call.tokens_per_frame
@@ -196,7 +197,9 @@ def block_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), value.transpose(1, 2), attn_mask=mask)
 
 
-def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int, call: CausalCall) -> torch.Tensor:
+def cached_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int, call: CausalCall
+) -> torch.Tensor:
     """Mode "cache": one chunk's `query`/`key`/`value` (B, n, heads, d) before RoPE attend to the
     visible cached frames of `layer` plus the chunk -> (B, heads, n, d); with `call.write` the
     chunk's keys/values are stored, un-rotated (positions are assigned when they are read)."""

@@ -35,12 +35,16 @@ from videogen.errors import InvalidOption
 
 
 class SelfAttentionBackend(Protocol):
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None) -> torch.Tensor:
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None
+    ) -> torch.Tensor:
         """`q`, `k`, `v`: (B, heads, N, d) after RoPE -> (B, heads, N, d)."""
         ...
 
 
-def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None) -> torch.Tensor:
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None
+) -> torch.Tensor:
     """The dense backend: torch SDPA over the whole sequence."""
     return F.scaled_dot_product_attention(q, k, v)
 
@@ -52,7 +56,11 @@ def project_qkv(attn: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, t
     else:
         query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
     query, key = attn.norm_q(query), attn.norm_k(key)
-    return query.unflatten(2, (attn.heads, -1)), key.unflatten(2, (attn.heads, -1)), value.unflatten(2, (attn.heads, -1))
+    return (
+        query.unflatten(2, (attn.heads, -1)),
+        key.unflatten(2, (attn.heads, -1)),
+        value.unflatten(2, (attn.heads, -1)),
+    )
 
 
 class WanSelfAttnProcessor:

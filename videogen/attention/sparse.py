@@ -42,11 +42,18 @@ class TileSparseAttention:
     kernel_backend: str  # a value of `KERNEL_BACKENDS`
     policy: SparsityPolicy
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None) -> torch.Tensor:
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, call: AttentionCall | None
+    ) -> torch.Tensor:
         """`q`, `k`, `v`: (B, heads, N, d) after RoPE -> (B, heads, N, d)."""
         if call is None or call.grid is None or not self.policy.sparse_now(layer, call):
             return F.scaled_dot_product_attention(q, k, v)
         grid, pol = call.grid, self.policy
-        tile = (min(pol.tile[0], grid[0]), min(pol.tile[1], grid[1]), min(pol.tile[2], grid[2]))  # small grids: one tile spans the axis
+        tile = (
+            min(pol.tile[0], grid[0]),
+            min(pol.tile[1], grid[1]),
+            min(pol.tile[2], grid[2]),
+        )  # small grids: one tile spans the axis
         return kernels.sparse_video_attention(  # an attribute look-up per call: tests count the calls
-            q, k, v, grid=grid, tile=tile, density=pol.density, backend=self.kernel_backend)
+            q, k, v, grid=grid, tile=tile, density=pol.density, backend=self.kernel_backend
+        )

@@ -49,8 +49,13 @@ def add_drift_parser(subparsers) -> argparse.ArgumentParser:
 def _add_subcommands(sub) -> None:
     rep = sub.add_parser("report", help="drift figures (and a plot) of a video")
     rep.add_argument("video")
-    rep.add_argument("--segment-frames", type=int, default=None, metavar="N",
-                     help="frames per segment (default: the whole video is one segment)")
+    rep.add_argument(
+        "--segment-frames",
+        type=int,
+        default=None,
+        metavar="N",
+        help="frames per segment (default: the whole video is one segment)",
+    )
     rep.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     rep.add_argument("--frames", action="store_true", help="with --json: include per-frame series")
     rep.add_argument("--plot", default=None, metavar="PNG", help="write a plot of L*, a*, b* over time")
@@ -59,8 +64,13 @@ def _add_subcommands(sub) -> None:
     fix = sub.add_parser("fix", help="correct drift of a chained video, streaming")
     fix.add_argument("video")
     fix.add_argument("--segment-frames", type=int, required=True, metavar="N")
-    fix.add_argument("--overlap", type=int, default=0, metavar="M",
-                     help="frames each segment repeats from the previous one (crossfaded)")
+    fix.add_argument(
+        "--overlap",
+        type=int,
+        default=0,
+        metavar="M",
+        help="frames each segment repeats from the previous one (crossfaded)",
+    )
     fix.add_argument("--mode", default="lab-meanstd", help=f"one of {', '.join(MODES)}")
     fix.add_argument("--strength", type=float, default=1.0, help="0 (identity) .. 1 (full)")
     fix.add_argument("--max-shift", type=float, default=DriftConfig.max_shift, help="LAB units")
@@ -149,14 +159,18 @@ def _fix_config(args) -> DriftConfig:
     if args.segment_frames < 1:
         raise ValueError(f"`--segment-frames` must be >= 1, got {args.segment_frames}")
     if args.overlap and args.segment_frames < 2 * args.overlap:
-        raise ValueError(f"`--overlap` {args.overlap} needs `--segment-frames` >= {2 * args.overlap}, got {args.segment_frames}")
+        raise ValueError(
+            f"`--overlap` {args.overlap} needs `--segment-frames` >= {2 * args.overlap}, got {args.segment_frames}"
+        )
     if args.reference_image is not None and not Path(args.reference_image).is_file():
         raise ValueError(f"`--reference-image` {args.reference_image!r} does not exist")
     try:
         return DriftConfig(mode=args.mode, strength=args.strength, max_shift=args.max_shift,
                            reference_image=args.reference_image, blend_space=args.blend_space)  # fmt: skip
     except ValueError as exc:
-        raise ValueError(str(exc).replace("`blend_space`", "`--blend-space`").replace("`reference_image`", "`--reference-image`")) from None
+        raise ValueError(
+            str(exc).replace("`blend_space`", "`--blend-space`").replace("`reference_image`", "`--reference-image`")
+        ) from None
 
 
 def run_fix(args) -> int:

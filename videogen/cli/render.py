@@ -52,11 +52,20 @@ def _load_timeline(path: str) -> list[tuple[str, float]]:
 
 def add_render_parser(sub: argparse._SubParsersAction) -> None:
     """Register `videogen render`."""
-    p = sub.add_parser("render", help="render a video", description="Render a video from a prompt or a timeline of shots.")
+    p = sub.add_parser(
+        "render", help="render a video", description="Render a video from a prompt or a timeline of shots."
+    )
     p.add_argument("prompt", nargs="?", help="what to show (or use --shot / --timeline)")
-    p.add_argument("-o", "--output", required=True, help="output .mp4 path (NAME.thumb.png and the drift report are written beside it)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output .mp4 path (NAME.thumb.png and the drift report are written beside it)",
+    )
     p.add_argument("--seconds", type=float, help="duration (default 5)")
-    p.add_argument("--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat")
+    p.add_argument(
+        "--shot", action="append", default=[], metavar="PROMPT:SECONDS", help="a shot of a multi-shot timeline; repeat"
+    )
     p.add_argument("--timeline", help="YAML/JSON file: a list of {prompt, seconds}")
     # Unset options stay None: the spec and the model's preset decide (`videogen.config.resolve`).
     p.add_argument("--model", help="preset name or local diffusers folder (default: builtin)")
@@ -71,7 +80,9 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--negative-prompt")
     p.add_argument("--segment-seconds", type=float)
     p.add_argument("--overlap-frames", type=int)
-    p.add_argument("--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)")
+    p.add_argument(
+        "--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)"
+    )
     p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
     p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
@@ -89,7 +100,9 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
         shots += _load_timeline(args.timeline)
     shots += [_parse_shot(s) for s in args.shot]
     if shots and (args.prompt or args.seconds is not None):
-        raise InvalidOption("PROMPT", args.prompt or args.seconds, "give either PROMPT [--seconds] or --shot/--timeline, not both")
+        raise InvalidOption(
+            "PROMPT", args.prompt or args.seconds, "give either PROMPT [--seconds] or --shot/--timeline, not both"
+        )
     if not shots:
         if args.prompt is None:
             raise InvalidOption("PROMPT", "", "a prompt is required (or --shot / --timeline)")

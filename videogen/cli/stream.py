@@ -35,12 +35,18 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--seconds", type=float, help="duration (default 10)")
     g.add_argument("--forever", action="store_true", help="until interrupted (Ctrl-C) or the reader goes away")
     p.add_argument("--format", choices=FORMATS, help="mp4 (files), mjpeg (default for stdout), raw rgb24")
-    p.add_argument("--switch", action="append", default=[], metavar="SECONDS:PROMPT", help="change the prompt at SECONDS; repeat")
+    p.add_argument(
+        "--switch", action="append", default=[], metavar="SECONDS:PROMPT", help="change the prompt at SECONDS; repeat"
+    )
     p.add_argument("--interactive", action="store_true", help="read new prompts from stdin, one per line")
     # Unset options stay None: the spec and the model's preset decide (`videogen.config.resolve`).
     p.add_argument("--model", help="a causal preset (default: builtin-causal)")
-    p.add_argument("--checkpoint", metavar="FILE", help="causal generator weights (original Wan or diffusers naming, "
-                   "e.g. Self-Forcing / CausVid / LongLive) over --model's Wan folder")
+    p.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="causal generator weights (original Wan or diffusers naming, "
+        "e.g. Self-Forcing / CausVid / LongLive) over --model's Wan folder",
+    )
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int, help="denoising steps per chunk")
@@ -107,7 +113,7 @@ class _Sink:
         elif output == "-":
             self.stream = sys.stdout.buffer
         else:
-            self.stream = open(check_output_path(output), "wb")  # noqa: SIM115 - closed by close() or abort()
+            self.stream = open(check_output_path(output), "wb")
 
     def write(self, frames) -> None:
         if self.writer is not None:
@@ -154,11 +160,14 @@ def cmd_stream(args: argparse.Namespace) -> int:
     resolved = resolve_stream(spec)  # all bad input is reported before the model loads
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
+        model = load_model(
+            spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint
+        )
     print_library_warnings(caught, args.quiet)
     width, height, fps = resolved.width, resolved.height, resolved.fps
     control = StreamControl()
     if args.interactive:
+
         def read_prompts() -> None:
             for line in sys.stdin:
                 if line.strip():

@@ -14,26 +14,53 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="train the built-in model on procedural scenes (resumable)")
     t.add_argument("what", choices=["builtin"])
     t.add_argument("--steps", type=int, help="optimiser steps (default 11739: the shipped weights' recipe)")
-    t.add_argument("--minutes", type=float, help="instead of --steps: as many steps as fit in about this much wall "
-                   "time on this machine (set from the speed of the first 50; logged, to rerun with --steps)")
+    t.add_argument(
+        "--minutes",
+        type=float,
+        help="instead of --steps: as many steps as fit in about this much wall "
+        "time on this machine (set from the speed of the first 50; logged, to rerun with --steps)",
+    )
     t.add_argument("--seed", type=int)
     t.add_argument("--lr", type=float)
-    t.add_argument("--optimizer", choices=["muon", "adamw"],
-                   help="muon: Muon for the hidden weight matrices, AdamW for the rest (default); adamw: AdamW for all")
+    t.add_argument(
+        "--optimizer",
+        choices=["muon", "adamw"],
+        help="muon: Muon for the hidden weight matrices, AdamW for the rest (default); adamw: AdamW for all",
+    )
     t.add_argument("--batch-tokens", dest="batch_tokens", type=int)
     t.add_argument("--loss", choices=["hybrid", "v", "x0"])
-    t.add_argument("--motion-weight", dest="motion_weight", type=float,
-                   help="weight of the frame-to-frame change's error in the loss (against 4 Hz stutter)")
-    t.add_argument("--causal-chunk", dest="causal_chunk", type=int,
-                   help="train the block-causal (streaming) variant with chunks of this many latent frames")
-    t.add_argument("--snapshot-every", dest="snapshot_every", type=int,
-                   help="also keep the EMA weights every N steps in the workdir (ema-STEP.safetensors), to eval each")
-    t.add_argument("--no-compile", dest="compile", action="store_false", default=None,
-                   help="train without torch.compile (it needs a C compiler; it falls back by itself where it fails)")
+    t.add_argument(
+        "--motion-weight",
+        dest="motion_weight",
+        type=float,
+        help="weight of the frame-to-frame change's error in the loss (against 4 Hz stutter)",
+    )
+    t.add_argument(
+        "--causal-chunk",
+        dest="causal_chunk",
+        type=int,
+        help="train the block-causal (streaming) variant with chunks of this many latent frames",
+    )
+    t.add_argument(
+        "--snapshot-every",
+        dest="snapshot_every",
+        type=int,
+        help="also keep the EMA weights every N steps in the workdir (ema-STEP.safetensors), to eval each",
+    )
+    t.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        default=None,
+        help="train without torch.compile (it needs a C compiler; it falls back by itself where it fails)",
+    )
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
-    t.add_argument("--output", help="weights file (default: the package's builtin.safetensors, "
-                   "or builtin_causal.safetensors with --causal-chunk)")
+    t.add_argument(
+        "--output",
+        help="weights file (default: the package's builtin.safetensors, "
+        "or builtin_causal.safetensors with --causal-chunk)",
+    )
     t.set_defaults(func=cmd_train)
 
 

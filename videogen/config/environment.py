@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+
 def config_dir() -> Path:
     """The folder holding models.yaml: $VIDEOGEN_CONFIG_DIR, else `configs/` as installed package
     data (`videogen.configs`), which works from a wheel as from a checkout."""

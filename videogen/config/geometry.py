@@ -36,7 +36,9 @@ class ModelGeometry:
 
 # The built-in model: a pixel codec that folds 4x4x4 pixel blocks (3 colours) into 192 channels,
 # and a transformer patching 1x2x2, so one token covers 4 frames x 8x8 pixels.
-BUILTIN_GEOMETRY = ModelGeometry(spatial_factor=4, temporal_factor=4, patch_size=(1, 2, 2), latent_channels=3 * 4 * 4**2)
+BUILTIN_GEOMETRY = ModelGeometry(
+    spatial_factor=4, temporal_factor=4, patch_size=(1, 2, 2), latent_channels=3 * 4 * 4**2
+)
 
 
 def geometry_for(preset: Preset) -> ModelGeometry:
@@ -52,7 +54,9 @@ def geometry_of(model: Any) -> ModelGeometry:
     """A loaded `videogen.models.loader.VideoModel`'s geometry (its codec and transformer)."""
     codec = model.codec
     pt, ph, pw = (int(p) for p in model.patch_size)
-    return ModelGeometry(int(codec.spatial_factor), int(codec.temporal_factor), (pt, ph, pw), int(codec.latent_channels))
+    return ModelGeometry(
+        int(codec.spatial_factor), int(codec.temporal_factor), (pt, ph, pw), int(codec.latent_channels)
+    )
 
 
 @lru_cache(maxsize=32)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from videogen.config.geometry import ModelGeometry, geometry_for
+from videogen.config.plan import RenderPlan, frames_for, plan_render
 from videogen.config.presets import Preset, load_presets, resolve_preset
 from videogen.config.spec import RenderSpec, Shot, StreamSpec
 from videogen.errors import InvalidOption
-from videogen.config.plan import RenderPlan, frames_for, plan_render
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,9 @@ def resolve_render(spec: RenderSpec, preset: Preset | None = None, geometry: Mod
     )
 
 
-def resolve_stream(spec: StreamSpec, preset: Preset | None = None, geometry: ModelGeometry | None = None) -> ResolvedStream:
+def resolve_stream(
+    spec: StreamSpec, preset: Preset | None = None, geometry: ModelGeometry | None = None
+) -> ResolvedStream:
     """`spec` for `preset` (default: the one `spec.model` names) whose model has `geometry`
     (default: read from the preset's config files). Raises InvalidOption."""
     spec.validate()
@@ -170,11 +172,15 @@ def _frame_size(size: tuple[int, int] | None, preset: Preset, geometry: ModelGeo
     width, height = size or preset.size
     mw, mh = geometry.size_multiple
     if width % mw or height % mh:
-        raise InvalidOption("size", f"{width}x{height}", f"width must be a multiple of {mw} and height of {mh} for this model")
+        raise InvalidOption(
+            "size", f"{width}x{height}", f"width must be a multiple of {mw} and height of {mh} for this model"
+        )
     return width, height
 
 
-def _segment_plan(shots: list[Shot], settings: ResolvedSettings, temporal_factor: int, continue_first: bool) -> RenderPlan:
+def _segment_plan(
+    shots: list[Shot], settings: ResolvedSettings, temporal_factor: int, continue_first: bool
+) -> RenderPlan:
     frames = []
     for i, shot in enumerate(shots):
         option = "seconds" if len(shots) == 1 else f"shots[{i}].seconds"

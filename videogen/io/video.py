@@ -177,7 +177,7 @@ def probe(path: str | os.PathLike, decode: bool = True) -> VideoInfo:
     stream = _STREAM_RE.search(out.stderr)
     if out.returncode != 0 or stream is None:
         raise VideoIOError(f"cannot read video {str(path)!r}: not a video file or corrupt")
-    fps = _FPS_RE.search(out.stderr[stream.start():])
+    fps = _FPS_RE.search(out.stderr[stream.start() :])
     frames = _FRAMES_RE.findall(out.stderr)
     return VideoInfo(
         width=int(stream["w"]),

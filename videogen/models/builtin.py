@@ -88,7 +88,13 @@ def position_channels(latents: torch.Tensor, frames: list[int] | None = None) ->
 # the generator's canonical layout and speed (`videogen.training.scenes.canonical_start`, SPEED px/frame at
 # 64 px, 4 frames per latent frame) and are learned from there.
 _V = 0.75 * 4 / 64
-_FRAME_INIT = [[0.5, 0.5, 0.0, 0.0], [0.25, 0.5, _V, 0.0], [0.75, 0.5, -_V, 0.0], [0.5, 0.75, 0.0, -_V], [0.5, 0.25, 0.0, _V]]
+_FRAME_INIT = [
+    [0.5, 0.5, 0.0, 0.0],
+    [0.25, 0.5, _V, 0.0],
+    [0.75, 0.5, -_V, 0.0],
+    [0.5, 0.75, 0.0, -_V],
+    [0.5, 0.25, 0.0, _V],
+]
 LAYOUT_GAIN = 2.0
 
 
@@ -160,8 +166,12 @@ class MotionLayout(nn.Module):
         shape = (-1, -1, -1, h, w)
         for m in self.harmonics:
             ax, ay = 2 * torch.pi * m * px, 2 * torch.pi * m * py
-            feats += [mix(torch.sin(ax))[..., None, :].expand(shape), mix(torch.cos(ax))[..., None, :].expand(shape),
-                      mix(torch.sin(ay))[..., :, None].expand(shape), mix(torch.cos(ay))[..., :, None].expand(shape)]
+            feats += [
+                mix(torch.sin(ax))[..., None, :].expand(shape),
+                mix(torch.cos(ax))[..., None, :].expand(shape),
+                mix(torch.sin(ay))[..., :, None].expand(shape),
+                mix(torch.cos(ay))[..., :, None].expand(shape),
+            ]
         stacked = torch.stack(feats, dim=2)  # (B, S, 4H, F*n, h, w), k = harmonic x (sin/cos x/y)
         channels = rearrange(stacked, "b s k (f n) h w -> b (s n k) f h w", n=n)
         return (LAYOUT_GAIN * channels).to(latents.dtype)

@@ -9,15 +9,15 @@ attention backend is chosen here, once, and carried on the model (nothing switch
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from videogen.errors import InvalidOption, ModelLoadError
 from videogen.config.presets import Preset, resolve_preset
+from videogen.errors import InvalidOption, ModelLoadError
 
 REQUIRED_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
@@ -140,7 +140,9 @@ def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
     from videogen.models.wan_original import read_checkpoint, state_dict_mismatch
 
     if vm.transformer_2 is not None:  # which expert would it replace? Refuse rather than guess.
-        raise InvalidOption("checkpoint", checkpoint, "the model has two transformer experts; a checkpoint replaces one")
+        raise InvalidOption(
+            "checkpoint", checkpoint, "the model has two transformer experts; a checkpoint replaces one"
+        )
     try:
         state, entry = read_checkpoint(checkpoint)
     except (OSError, ValueError) as exc:
@@ -160,7 +162,11 @@ def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> V
         transformer=cast_transformer(transformer, device, dtype),
         codec=codec,
         prompt_encoder=encoder.to(device),
-        scheduler_config={"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": preset.flow_shift},
+        scheduler_config={
+            "_class_name": "FlowMatchEulerDiscreteScheduler",
+            "num_train_timesteps": 1000,
+            "shift": preset.flow_shift,
+        },
         device=device,
         dtype=dtype,
         prediction="sample",
@@ -187,7 +193,9 @@ def _load_diffusers(preset: Preset, device: torch.device, dtype: torch.dtype) ->
         transformer = WanTransformer3DModel.from_pretrained(path, subfolder="transformer", torch_dtype=dtype, **kw)
         transformer_2 = None
         if index.get("transformer_2") and index["transformer_2"][0]:
-            transformer_2 = WanTransformer3DModel.from_pretrained(path, subfolder="transformer_2", torch_dtype=dtype, **kw)
+            transformer_2 = WanTransformer3DModel.from_pretrained(
+                path, subfolder="transformer_2", torch_dtype=dtype, **kw
+            )
         vae = AutoencoderKLWan.from_pretrained(path, subfolder="vae", torch_dtype=torch.float32, **kw)
         text_encoder = UMT5EncoderModel.from_pretrained(path / "text_encoder", torch_dtype=dtype, **kw)
         tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", **kw)

@@ -81,7 +81,10 @@ def _parameter_table(modules: dict[str, str], parameters: dict[str, str]) -> dic
     return table | parameters
 
 
-_ORIGINAL_TO_DIFFUSERS = (_parameter_table(_TOP_MODULES, _TOP_PARAMETERS), _parameter_table(_BLOCK_MODULES, _BLOCK_PARAMETERS))
+_ORIGINAL_TO_DIFFUSERS = (
+    _parameter_table(_TOP_MODULES, _TOP_PARAMETERS),
+    _parameter_table(_BLOCK_MODULES, _BLOCK_PARAMETERS),
+)
 _DIFFUSERS_NAMES = tuple({name: name for name in table.values()} for table in _ORIGINAL_TO_DIFFUSERS)
 _BLOCK_KEY = re.compile(r"blocks\.(\d+)\.(.+)")
 
@@ -102,12 +105,18 @@ def _some(keys, n: int = 4) -> str:
 
 
 def wan_naming(state: Mapping[str, Any]) -> str:
-    """"original" or "diffusers": the naming a Wan transformer state dict uses. `patch_embedding.*`
+    """ "original" or "diffusers": the naming a Wan transformer state dict uses. `patch_embedding.*`
     is the same in both, so a dict with nothing else counts as diffusers."""
-    original = [k for k in state if _rename(k, _ORIGINAL_TO_DIFFUSERS) is not None and _rename(k, _DIFFUSERS_NAMES) is None]
-    diffusers = [k for k in state if _rename(k, _DIFFUSERS_NAMES) is not None and _rename(k, _ORIGINAL_TO_DIFFUSERS) is None]
+    original = [
+        k for k in state if _rename(k, _ORIGINAL_TO_DIFFUSERS) is not None and _rename(k, _DIFFUSERS_NAMES) is None
+    ]
+    diffusers = [
+        k for k in state if _rename(k, _DIFFUSERS_NAMES) is not None and _rename(k, _ORIGINAL_TO_DIFFUSERS) is None
+    ]
     if original and diffusers:
-        raise ValueError(f"the state dict mixes original Wan names ({_some(original, 2)}) and diffusers names ({_some(diffusers, 2)})")
+        raise ValueError(
+            f"the state dict mixes original Wan names ({_some(original, 2)}) and diffusers names ({_some(diffusers, 2)})"
+        )
     return "original" if original else "diffusers"
 
 
@@ -292,7 +301,9 @@ def state_dict_mismatch(state: Mapping[str, torch.Tensor], model: torch.nn.Modul
     if wrong:
         k = sorted(wrong)[0]
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        problems.append(f"wrong shape: {k} is {tuple(state[k].shape)} in the checkpoint, {tuple(expected[k].shape)} in the model{more}")
+        problems.append(
+            f"wrong shape: {k} is {tuple(state[k].shape)} in the checkpoint, {tuple(expected[k].shape)} in the model{more}"
+        )
     return "; ".join(problems) or None
 
 

@@ -32,7 +32,9 @@ class SegmentCheckpoint:
 class SegmentCheckpoints:
     """The checkpoints of one render (spec, model, source) in `root`."""
 
-    def __init__(self, root: Path, spec: RenderSpec, model: Any, continue_from: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self, root: Path, spec: RenderSpec, model: Any, continue_from: str | os.PathLike | None = None
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         ident = {"spec": spec.to_dict(), "model": model.preset.name, "attention": model.attention,

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from videogen.config.plan import RenderPlan
 from videogen.config.resolve import ResolvedSettings
 from videogen.sampling.loop import StepProgress
-from videogen.config.plan import RenderPlan
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from videogen.config.geometry import geometry_of
+from videogen.config.plan import RenderPlan, SegmentPlan
 from videogen.config.resolve import ResolvedRender, ResolvedSettings, resolve_render
 from videogen.config.spec import RenderSpec
 from videogen.errors import RenderCancelled
@@ -34,7 +35,6 @@ from videogen.rendering.checkpoints import SegmentCheckpoints
 from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
 from videogen.rendering.segment import SegmentInputs, make_segment, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
-from videogen.config.plan import RenderPlan, SegmentPlan
 
 
 def prepare(spec: RenderSpec, model: Any, continue_first: bool = False) -> tuple[ResolvedSettings, RenderPlan]:
@@ -165,7 +165,9 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
 def _finish(output: Path, thumb: Path | None, resolved: ResolvedRender, stitcher: Any,
             checkpoints: SegmentCheckpoints | None, progress: _Progress, tail: str | os.PathLike | None) -> RenderFinished:  # fmt: skip
     if progress.frames_written != resolved.plan.total_frames:  # the plan's arithmetic is the contract
-        raise RuntimeError(f"internal error: wrote {progress.frames_written} frames, planned {resolved.plan.total_frames}")
+        raise RuntimeError(
+            f"internal error: wrote {progress.frames_written} frames, planned {resolved.plan.total_frames}"
+        )
     report, _plot = stitcher.report().write(output)  # `<video>.drift.json`, `<video>.drift.png`
     if tail is not None and progress.tail is not None:
         save_tail(tail, progress.tail)

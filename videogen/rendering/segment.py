@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from videogen.config.plan import RenderPlan, SegmentPlan
 from videogen.config.resolve import ResolvedRender
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
 from videogen.sampling.loop import StepProgress, denoise_segment
-from videogen.config.plan import RenderPlan, SegmentPlan
 
 
 @dataclass(frozen=True)

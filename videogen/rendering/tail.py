@@ -50,7 +50,9 @@ def load_tail(path: str | os.PathLike, model_name: str, settings: ResolvedSettin
             raise InvalidOption("continue_from", str(path),
                                 f"the source video has {key}={tail.settings[key]}, this render {mine[key]}; they must match")  # fmt: skip
     if tail.model != model_name:
-        raise InvalidOption("continue_from", str(path), f"the source was rendered by {tail.model!r}, not {model_name!r}")
+        raise InvalidOption(
+            "continue_from", str(path), f"the source was rendered by {tail.model!r}, not {model_name!r}"
+        )
     return tail
 
 

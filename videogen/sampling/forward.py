@@ -38,7 +38,9 @@ def call_transformer(transformer: Any, hidden_states: torch.Tensor, timestep: to
                      call: AttentionCall) -> torch.Tensor:  # fmt: skip
     """One inference call of a diffusers Wan transformer with `call` as its attention context."""
     with torch.no_grad(), attention_call(call):
-        return transformer(hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
+        return transformer(
+            hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=embeds, return_dict=False
+        )[0]
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,15 @@ class SegmentForward:
         if self.prefix_frames > 0 or model.expand_timesteps:
             tokens_per_frame = self.grid[1] * self.grid[2]
             timestep = torch.full((batch, self.grid[0] * tokens_per_frame), float(t), device=model.device)  # (B, N)
-            timestep[:, : (self.prefix_frames // model.patch_size[0]) * tokens_per_frame] = 0.0  # prefix tokens are clean
+            timestep[:, : (self.prefix_frames // model.patch_size[0]) * tokens_per_frame] = (
+                0.0  # prefix tokens are clean
+            )
         else:
             timestep = t.expand(batch)
         inputs = model.transformer_input(x, self.embeds, None, self.absolute)
-        return call_transformer(transformer, inputs, timestep, self.embeds, AttentionCall(self.grid, step, self.num_steps))
+        return call_transformer(
+            transformer, inputs, timestep, self.embeds, AttentionCall(self.grid, step, self.num_steps)
+        )
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,8 @@ def block_causal_forward(transformer: Any, x: torch.Tensor, timestep: torch.Tens
     ensure_self_attention(transformer)
     _, ph, pw = transformer.config.patch_size
     tokens_per_frame = (x.shape[3] // ph) * (x.shape[4] // pw)
-    causal = CausalCall("full", chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames, tokens_per_frame=tokens_per_frame)
+    causal = CausalCall(
+        "full", chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames, tokens_per_frame=tokens_per_frame
+    )
     with attention_call(AttentionCall(causal=causal)):
         return transformer(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]

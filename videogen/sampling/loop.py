@@ -58,7 +58,9 @@ def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor:
     return (x - x0) / max(sigma, floor)
 
 
-def guided_velocity(model: Any, pred: torch.Tensor, latents: torch.Tensor, sigma: float, guidance: float | None) -> torch.Tensor:
+def guided_velocity(
+    model: Any, pred: torch.Tensor, latents: torch.Tensor, sigma: float, guidance: float | None
+) -> torch.Tensor:
     """The velocity the scheduler steps with, from the transformer's output for a (cond[, uncond])
     batch: classifier-free guidance when `guidance` is given, and for x-prediction models (the
     built-in ones) the velocity implied by the predicted clean sample at noise level `sigma`."""
@@ -147,5 +149,7 @@ def denoise_segment(
     pt, ph, pw = model.patch_size
     forward = SegmentForward(model, embeds, grid=(latent_frames // pt, h // ph, w // pw), prefix_frames=n_prefix,
                              num_steps=steps, absolute=[time + i for i in range(latent_frames)])  # fmt: skip
-    request = DenoiseRequest(latents, forward, steps, guidance if use_cfg else None, flow_shift, "segment", segment, prefix, cancel)
+    request = DenoiseRequest(
+        latents, forward, steps, guidance if use_cfg else None, flow_shift, "segment", segment, prefix, cancel
+    )
     return (yield from denoise(model, request))

@@ -24,7 +24,9 @@ def latent_channel_stats(latents: torch.Tensor) -> tuple[np.ndarray, np.ndarray]
     return x.mean(dim=(2, 3, 4)).cpu().numpy().astype(np.float64), x.std(dim=(2, 3, 4)).cpu().numpy().astype(np.float64)
 
 
-def adain_latents(latents: torch.Tensor, anchor_mean: np.ndarray, anchor_std: np.ndarray, config: DriftConfig) -> torch.Tensor:
+def adain_latents(
+    latents: torch.Tensor, anchor_mean: np.ndarray, anchor_std: np.ndarray, config: DriftConfig
+) -> torch.Tensor:
     """Move each channel's mean/std toward the anchor's by `latent_factor * strength`.
 
     Clamped like the pixel path: the std ratio within [1/max_std_ratio, max_std_ratio] and the

@@ -68,7 +68,9 @@ class ColorLUT:
 
     def __init__(self, transform: ColorTransform) -> None:
         m_f = (_F_TO_LAB_INV @ transform.matrix @ F_TO_LAB).astype(np.float32)
-        t_f = (_F_TO_LAB_INV @ (transform.matrix @ LAB_OFFSET + transform.offset - LAB_OFFSET)).astype(np.float32)[:, None]
+        t_f = (_F_TO_LAB_INV @ (transform.matrix @ LAB_OFFSET + transform.offset - LAB_OFFSET)).astype(np.float32)[
+            :, None
+        ]
         self.table = _build_table(m_f, t_f)
 
     def lookup(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -112,7 +114,9 @@ def _build_table(m_f: np.ndarray, t_f: np.ndarray) -> np.ndarray:
     to_lin = ((XYZ_TO_RGB * WHITE_D65[None, :]) * 65535).astype(np.float32)
     n = _LUT_BLOCK
     f = np.empty((3, n), np.float32)
-    buf = _BuildBuffers(f, np.empty_like(f), np.empty_like(f), np.empty_like(f), np.empty((3, n), bool), np.empty((3, n), np.int32))
+    buf = _BuildBuffers(
+        f, np.empty_like(f), np.empty_like(f), np.empty_like(f), np.empty((3, n), bool), np.empty((3, n), np.int32)
+    )
     planes = n // (_LUT_LEVELS * _LUT_LEVELS)
     packed, tmp = np.empty((planes, _LUT_LEVELS, _LUT_LEVELS), np.uint32), np.empty(n, np.uint32)
     table = np.zeros((_LUT_LEVELS, 256, 256), np.uint32)  # [b7, g, r]: r7 | g7 << 8 | b7 << 16

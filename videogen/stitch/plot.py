@@ -46,6 +46,7 @@ class PlottedReport(Protocol):
     @property
     def flicker(self) -> float: ...
 
+
 _PLOT_COLOURS = {"L*": (20, 20, 20), "a*": (200, 30, 60), "b*": (30, 80, 210)}
 _SEAM_COLOUR, _CUT_COLOUR, _ANCHOR_COLOUR = (150, 150, 150), (240, 140, 0), (0, 160, 0)
 _PANEL_HEIGHT, _LEFT, _RIGHT, _TOP, _GAP, _BOTTOM = 170, 64, 16, 34, 26, 40  # pixels
@@ -99,7 +100,9 @@ def plot_drift(report: PlottedReport, path: str | os.PathLike, width: int = 1000
     return out
 
 
-def _draw_panel(d: Any, font: Any, report: PlottedReport, p: int, name: str, colour: tuple[int, int, int], width: int) -> None:
+def _draw_panel(
+    d: Any, font: Any, report: PlottedReport, p: int, name: str, colour: tuple[int, int, int], width: int
+) -> None:
     """Panel `p` (0: L*, 1: a*, 2: b*): box, value axis, timeline marks, the series, frame ticks."""
     y0 = _TOP + p * (_PANEL_HEIGHT + _GAP)
     series = report.frame_mean[:, p] if report.num_frames else np.zeros(1)

@@ -44,7 +44,9 @@ def _crossfade_lab(outgoing: np.ndarray, incoming: np.ndarray, w: np.ndarray, ou
     out[..., :3] = LINEAR_TO_U8[np.round(lin * 65535).astype(np.int32)]
 
 
-def crossfade(outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear", out: np.ndarray | None = None) -> np.ndarray:
+def crossfade(
+    outgoing: np.ndarray, incoming: np.ndarray, space: str = "linear", out: np.ndarray | None = None
+) -> np.ndarray:
     """Blend two views of the same O moments `(O, H, W, C)` uint8 with smoothstep weights, in
     linear light or in CIELAB. The 4th byte of RGB0 input passes through as zero. `out` (may be
     `incoming` itself) receives the result; by default a new array."""

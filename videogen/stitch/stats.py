@@ -21,7 +21,11 @@ STATS_PIXELS_PER_FRAME = 8192  # subsample target: the mean of 8k pixels is stab
 _RGB_TO_XYZN = RGB_TO_XYZ / WHITE_D65[:, None]  # linear RGB -> XYZ / white
 # XYZ / white of a pixel = _XYZ_RG[:, r | g << 8] + _XYZ_B[:, b]: two gathers from small
 # (L2-resident) tables per channel instead of three gathers and a 3x3 product
-_XYZ_RG = (_RGB_TO_XYZN[:, :1, None] * U8_TO_LINEAR[None, None, :] + _RGB_TO_XYZN[:, 1:2, None] * U8_TO_LINEAR[None, :, None]).reshape(3, -1).astype(np.float32)
+_XYZ_RG = (
+    (_RGB_TO_XYZN[:, :1, None] * U8_TO_LINEAR[None, None, :] + _RGB_TO_XYZN[:, 1:2, None] * U8_TO_LINEAR[None, :, None])
+    .reshape(3, -1)
+    .astype(np.float32)
+)
 _XYZ_B = (_RGB_TO_XYZN[:, 2:3] * U8_TO_LINEAR[None, :]).astype(np.float32)
 _STATS_BLOCK = 1 << 16  # pixels per step of the statistics (cache-sized)
 
@@ -141,7 +145,9 @@ class LabStats:
 
     @classmethod
     def from_dict(cls, d: dict) -> LabStats:
-        return cls(np.asarray(d["mean"], np.float64), np.asarray(d["std"], np.float64), np.asarray(d["cov"], np.float64))
+        return cls(
+            np.asarray(d["mean"], np.float64), np.asarray(d["std"], np.float64), np.asarray(d["cov"], np.float64)
+        )
 
 
 def load_reference_stats(image: str | os.PathLike | np.ndarray, stride: int | None = None) -> LabStats:

@@ -122,7 +122,9 @@ class Stitcher:
             return latents
         mean, std = self._latent_anchor
         if mean.shape != tuple(latents.shape[:2]):
-            raise ValueError(f"`latents` batch/channels {tuple(latents.shape[:2])} differ from the anchor's {mean.shape}")
+            raise ValueError(
+                f"`latents` batch/channels {tuple(latents.shape[:2])} differ from the anchor's {mean.shape}"
+            )
         return adain_latents(latents, mean, std, self.config)
 
     def push(self, frames: np.ndarray, inplace: bool = False) -> np.ndarray:
@@ -144,7 +146,11 @@ class Stitcher:
             corrected, owned = self._correct(frames, first, inplace)
         else:
             if first:
-                self._anchor = self._reference if self._reference is not None else LabStats.of_frames(frames, self.config.stats_stride)
+                self._anchor = (
+                    self._reference
+                    if self._reference is not None
+                    else LabStats.of_frames(frames, self.config.stats_stride)
+                )
             corrected, owned = frames, inplace
         if first:
             assert self._anchor is not None
@@ -172,7 +178,9 @@ class Stitcher:
         """A later segment must cover the overlap, and so must the frames held back from the last."""
         overlap = self.overlap
         if num_frames < 1 or (not first and num_frames < overlap):
-            raise ValueError(f"`frames`: a later segment with overlap {overlap} needs at least {overlap} frames, got {num_frames}")
+            raise ValueError(
+                f"`frames`: a later segment with overlap {overlap} needs at least {overlap} frames, got {num_frames}"
+            )
         if not first and overlap and (self._held is None or len(self._held) < overlap):
             raise ValueError(f"`frames`: the previous segment was shorter than the {overlap}-frame overlap")
 
@@ -309,4 +317,3 @@ class Stitcher:
             shape = (0, *self._frame_shape, 3) if self._frame_shape else (0, 0, 0, 3)
             return np.zeros(shape, np.uint8)
         return self._emit(held)
-

@@ -45,7 +45,9 @@ def stream(spec: StreamSpec, model: Any = None, *, control: StreamControl | None
 
     spec.validate()
     if model is None:
-        model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint)
+        model = load_model(
+            spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint
+        )
     job = resolve_stream(spec, model.preset, geometry_of(model))  # every default, every check
     _, ph, pw = model.patch_size
     h, w = job.height // model.codec.spatial_factor, job.width // model.codec.spatial_factor
@@ -97,7 +99,9 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
             new_prompt = switches.pop(0)[1]
         if new_prompt is not None and new_prompt != state.prompt:
             switch_prompt(model, state, settings, new_prompt, embed(new_prompt))
-        rebase_clock(model, state, settings, chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)[0])
+        rebase_clock(
+            model, state, settings, chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)[0]
+        )
         frames = _decode(model, state, generate_chunk(model, state, settings, cancel))
         if total is not None:
             frames = frames[: total - state.frames]
@@ -109,10 +113,14 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
             return
 
 
-def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None) -> torch.Tensor:
+def generate_chunk(
+    model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None
+) -> torch.Tensor:
     """Denoise the stream's next chunk against the cache, then write its K/V: its latents (1, C, n, h, w)."""
     frames = chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)
-    noise = segment_noise((1, model.codec.latent_channels, len(frames), *settings.latent_hw), settings.seed, state.chunk)
+    noise = segment_noise(
+        (1, model.codec.latent_channels, len(frames), *settings.latent_hw), settings.seed, state.chunk
+    )
     plan = plan_for(model, state, settings, frames)
     request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
                              settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel)  # fmt: skip

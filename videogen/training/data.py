@@ -52,7 +52,9 @@ def _causal_sigmas(cfg: TrainConfig, frames_lat: int, rng: random.Random, g: tor
     return torch.where(clean, 0.0, per_chunk).repeat_interleave(sizes)
 
 
-def _clip_sigmas(cfg: TrainConfig, frames_lat: int, mode: float, rng: random.Random, g: torch.Generator) -> torch.Tensor:
+def _clip_sigmas(
+    cfg: TrainConfig, frames_lat: int, mode: float, rng: random.Random, g: torch.Generator
+) -> torch.Tensor:
     """(frames_lat,) noise levels of one clip; `mode` in [0, 1) picks the kind (module docstring)."""
     if cfg.causal_chunk:
         return _causal_sigmas(cfg, frames_lat, rng, g)

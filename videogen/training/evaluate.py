@@ -183,7 +183,9 @@ def evaluate_builtin(model, *, n_seen: int = 16, n_unseen: int = 8, n_continuati
         "background_acc": frac(lambda s: s.background),
         "temporal_consistency": round(float(np.mean([s.presence for s in scores])), 4) if scores else 0.0,
         # 1: motion spread evenly over frames (as in the scenes); 0: it all happens once per latent frame
-        "motion_smoothness": round(float(np.mean(sm)), 4) if (sm := [s.smoothness for s in scores if s.smoothness is not None]) else 0.0,
+        "motion_smoothness": round(float(np.mean(sm)), 4)
+        if (sm := [s.smoothness for s in scores if s.smoothness is not None])
+        else 0.0,
         "continuation_segments": cont_total,
         "continuation_consistency": round(cont_ok / max(1, cont_total), 4),
     }

@@ -50,7 +50,9 @@ SHAPES = ("circle", "square", "triangle")
 MOTIONS = ("left", "right", "up", "down", "bouncing", "still")
 LIGHTING = ("none", "brighter", "darker")
 # (colour, shape) pairs never shown in training: the evaluator's unseen combinations.
-HELD_OUT = frozenset({("red", "triangle"), ("blue", "circle"), ("yellow", "square"), ("cyan", "triangle"), ("purple", "circle")})
+HELD_OUT = frozenset(
+    {("red", "triangle"), ("blue", "circle"), ("yellow", "square"), ("cyan", "triangle"), ("purple", "circle")}
+)
 
 SPEED = 0.75  # pixels per frame at 64 px: crosses the frame in ~5 s at 16 fps
 RADIUS = 13.0  # object half-size in pixels at 64 px: 26 px objects, 40% of the frame
@@ -183,7 +185,9 @@ def _mask(shape: str, cx, cy, r: float, yy: np.ndarray, xx: np.ndarray) -> np.nd
     return inside_y & (np.abs(dx) <= half_width)
 
 
-def render_scene(scene: Scene, num_frames: int, size: int = 64, start: float = 0.0, total: float | None = None) -> np.ndarray:
+def render_scene(
+    scene: Scene, num_frames: int, size: int = 64, start: float = 0.0, total: float | None = None
+) -> np.ndarray:
     """Frames `start .. start+num_frames-1` of `scene`, uint8 (T, size, size, 3). `total` is the
     length over which a lighting change runs (default: this clip). All frames at once (a training
     batch draws ~100 of them a step): each frame is exactly the one a clip of that frame alone gives."""
@@ -273,7 +277,9 @@ def radial_profile(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
     with probability 1/2, by a random pixel of its 3x3 neighbourhood) move a profile ~0.05-0.1."""
     sector = (((np.arctan2(dy, dx) + np.pi) / (2 * np.pi) * PROFILE_BINS).astype(int)) % PROFILE_BINS
     dist = np.hypot(dx, dy)
-    reach = np.array([np.percentile(dist[sector == k], 90) if (sector == k).any() else 0.0 for k in range(PROFILE_BINS)])
+    reach = np.array(
+        [np.percentile(dist[sector == k], 90) if (sector == k).any() else 0.0 for k in range(PROFILE_BINS)]
+    )
     mean = reach.mean()
     return reach / mean if mean > 0 else reach
 

@@ -102,7 +102,9 @@ def train_builtin(
         except Exception as exc:  # a compiler that cannot build here; the eager rerun raises real errors
             if forward is transformer:
                 raise
-            log(f"torch.compile failed ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}); training eagerly")
+            log(
+                f"torch.compile failed ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}); training eagerly"
+            )
             forward = transformer
             loss = _backward(forward, encoder, opt, batch, cfg)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
