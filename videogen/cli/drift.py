@@ -1,7 +1,9 @@
 """`videogen drift report|fix`: drift figures and drift correction for any chained video.
 
 `report VIDEO [--segment-frames N] [--json] [--plot drift.png]` measures a video as it is:
-segment k is frames [kN, (k+1)N), the anchor is segment 0.
+segment k is frames [kN, (k+1)N), the anchor is segment 0. Without `--segment-frames`, a render's
+own layout (segments, seams, shots) comes from its sidecar `<video>.drift.json` when one exists
+and counts the video's frames; otherwise the whole video is one segment.
 
 `fix VIDEO --segment-frames N [--overlap M] [--mode MODE] [--strength S] -o OUT` corrects a
 chained video whose segments of N frames were concatenated as generated: with `--overlap M`,
@@ -19,11 +21,13 @@ Errors are `ValueError` / `VideoIOError` with one line naming the option; `main(
 from __future__ import annotations
 
 import argparse
+import json
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,7 +58,7 @@ def _add_subcommands(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="frames per segment (default: the whole video is one segment)",
+        help="frames per segment (default: the render's layout from VIDEO.drift.json, else one segment)",
     )
     rep.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     rep.add_argument("--frames", action="store_true", help="with --json: include per-frame series")
@@ -119,11 +123,20 @@ def run_report(args) -> int:
         check_output_path(args.plot, "--plot")
     stats = np.concatenate([frame_lab_stats(c) for c in reader.iter_chunks(READ_CHUNK)])
     n = len(stats)
-    seg = args.segment_frames or n
-    starts = list(range(0, n, seg))
-    # the anchor: segment 0's mean (mean of per-frame means: equal pixel counts per frame)
-    report = build_report(stats, starts, [0] * len(starts), [(s, s) for s in starts[1:]], [0],
-                          [stats[:seg, :3].mean(0)], fps=info.fps)  # fmt: skip
+    layout = None if args.segment_frames else sidecar_layout(args.video, n)
+    if layout is None:
+        seg = args.segment_frames or n
+        starts = list(range(0, n, seg))
+        layout = _Layout(starts, [0] * len(starts), [(s, s) for s in starts[1:]], [0],
+                         "segment-frames" if args.segment_frames else "whole video")  # fmt: skip
+    # each shot's anchor: its first segment's mean (mean of per-frame means: equal pixel counts)
+    anchors = []
+    for shot in range(len(layout.shot_starts)):
+        j = layout.shots.index(shot) if shot in layout.shots else 0
+        end = layout.starts[j + 1] if j + 1 < len(layout.starts) else n
+        anchors.append(stats[layout.starts[j] : end, :3].mean(0))
+    report = build_report(stats, layout.starts, layout.shots, layout.seams, layout.shot_starts, anchors, fps=info.fps)
+    report.extra["layout"] = layout.source
     if args.plot is not None:
         report.plot(args.plot)
     if args.json:
@@ -133,10 +146,35 @@ def run_report(args) -> int:
     return 0
 
 
+class _Layout(NamedTuple):
+    starts: list[int]  # first frame of each segment
+    shots: list[int]  # each segment's shot
+    seams: list[tuple[int, int]]  # [start, end) of each seam's crossfade (start == end: hard cut)
+    shot_starts: list[int]
+    source: str  # where it came from: the sidecar's path, "segment-frames" or "whole video"
+
+
+def sidecar_layout(video: str, num_frames: int) -> _Layout | None:
+    """The render's segment layout from `<video>.drift.json` (written by `render()`), or None when
+    there is none, it is unreadable, or it describes another frame count (e.g. an extension's,
+    whose timeline includes its source's frames)."""
+    path = Path(video).with_name(Path(video).name + ".drift.json")
+    try:
+        d = json.loads(path.read_text())
+        segments = d["segments"]
+        layout = _Layout([int(s["start"]) for s in segments], [int(s["shot"]) for s in segments],
+                         [(int(a), int(b)) for a, b in d["seams"]], [int(c) for c in d["shot_starts"]], str(path))  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ok = int(d.get("num_frames", -1)) == num_frames and layout.starts and layout.starts[0] == 0
+    ok = ok and all(0 <= s < num_frames for s in layout.starts) and layout.starts == sorted(layout.starts)
+    return layout if ok and layout.shot_starts else None
+
+
 def _summary(r, name: str) -> str:
     se = r.start_end
     lines = [
-        f"{name}: {r.num_frames} frames, {len(r.segments)} segments",
+        f"{name}: {r.num_frames} frames, {len(r.segments)} segments ({r.extra.get('layout', 'given')})",
         f"  dE76 vs anchor   mean {r.dE76_mean:.2f}  max {max((s.dE76 for s in r.segments), default=0):.2f}  (just noticeable ~2.3)",
         f"  dE2000 vs anchor mean {r.dE2000_mean:.2f}",
         f"  start->end       dL* {se['dL']:+.2f}  da* {se['da']:+.2f}  db* {se['db']:+.2f}  contrast x{se['contrast_ratio']:.3f}",

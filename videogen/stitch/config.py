@@ -16,6 +16,7 @@ import numpy as np
 
 MODES = ("off", "lab-meanstd", "mkl")
 BLEND_SPACES = ("linear", "lab")
+ANCHORS = ("auto", "source", "new")
 
 
 @dataclass
@@ -32,6 +33,10 @@ class DriftConfig:
     reference_image: str | os.PathLike | np.ndarray | None = None  # anchor to an image instead
     blend_space: str = "linear"  # seam crossfade in "linear" light or "lab" (measured: docs/drift.md)
     stats_stride: int | None = None  # spatial subsample stride for statistics; None = ~8k px/frame
+    robust: bool = True  # tell content change from drift (videogen.stitch.robust); False: full-frame stats only
+    # an extension's colour anchor: "auto" = its own when its prompt differs from the source's
+    # last, "source" = the source's, "new" = its own
+    anchor: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -46,7 +51,9 @@ class DriftConfig:
             raise ValueError(f"`blend_space` must be one of {', '.join(BLEND_SPACES)}, got {self.blend_space!r}")
         if self.stats_stride is not None and (not isinstance(self.stats_stride, int) or self.stats_stride < 1):
             raise ValueError(f"`stats_stride` must be a positive integer or None, got {self.stats_stride!r}")
-        for name in ("ramp", "latent"):
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"`anchor` must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
+        for name in ("ramp", "latent", "robust"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
         if isinstance(self.reference_image, (str, os.PathLike)) and not Path(self.reference_image).is_file():

@@ -103,6 +103,18 @@ def lab_moments(frames: np.ndarray, stride: int | None) -> tuple[np.ndarray, np.
     return mean, cov
 
 
+def lab_samples(frames: np.ndarray, stride: int | None, max_frames: int) -> np.ndarray:
+    """CIELAB of the strided subsample of at most `max_frames` evenly spaced frames of `(T, H, W,
+    3|4)` uint8: planar `(3, N)` float32, for statistics that need the pixels (quantiles, modes)."""
+    frames = frames[:: max(1, -(-len(frames) // max_frames))]
+    s = stride or auto_stride(frames.shape[1], frames.shape[2])
+    o = s // 2
+    packed = (frames.view(np.uint32)[..., 0] if frames.shape[-1] == 4 else frames[..., 0])[:, o::s, o::s]
+    n, pixels = len(frames), packed.shape[1] * packed.shape[2]
+    lab = _lab_planes(_lab_f_of_words(_packed_block(frames, packed, 0, n, o, s)), n, pixels)
+    return lab.transpose(1, 0, 2).reshape(3, n * pixels)
+
+
 def frame_lab_stats(frames: np.ndarray, stride: int | None = None) -> np.ndarray:
     """Per-frame CIELAB mean and std: `(T, 6)` = (L, a, b means, L, a, b stds), on a subsample."""
     frames = np.asarray(frames)
@@ -152,6 +164,11 @@ class LabStats:
 
 def load_reference_stats(image: str | os.PathLike | np.ndarray, stride: int | None = None) -> LabStats:
     """LAB statistics of a reference image (path or uint8 `(H, W, 3)` array)."""
+    return LabStats.of_frames(load_reference_image(image)[None], stride)
+
+
+def load_reference_image(image: str | os.PathLike | np.ndarray) -> np.ndarray:
+    """A reference image (path or uint8 `(H, W, 3)` array) as uint8 `(H, W, 3|4)`, checked."""
     if isinstance(image, np.ndarray):
         arr = image
     else:
@@ -164,4 +181,4 @@ def load_reference_stats(image: str | os.PathLike | np.ndarray, stride: int | No
             raise ValueError(f"`reference_image` {str(image)!r} is not a readable image: {exc}") from exc
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[-1] not in (3, 4):
         raise ValueError(f"`reference_image` must be uint8 (H, W, 3), got {arr.dtype} {arr.shape}")
-    return LabStats.of_frames(arr[None], stride)
+    return arr

@@ -41,16 +41,17 @@ from videogen.stitch.config import DriftConfig
 from videogen.stitch.latent import adain_latents, latent_channel_stats
 from videogen.stitch.lut import ColorLUT, apply_ramped
 from videogen.stitch.report import DriftReport, build_report
+from videogen.stitch.robust import RobustStats, content_since_anchor, fit_robust, limit_to_seam, robust_means
 from videogen.stitch.seams import crossfade
-from videogen.stitch.stats import LabStats, frame_lab_stats, lab_moments, load_reference_stats
-from videogen.stitch.transfer import ColorTransform, fit_transform
+from videogen.stitch.stats import LabStats, frame_lab_stats, lab_moments, load_reference_image
+from videogen.stitch.transfer import ColorTransform
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["DriftConfig", "Stitcher"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2 adds the robust statistics; a version-1 state loads without them (plain fits)
 # the seam alignment is continuity, not anchoring: full strength, clamps of the defaults
 _SEAM_FIT = DriftConfig(mode="lab-meanstd", strength=1.0)
 SEAM_MATCH_FRAMES = 4  # without overlap: frames each side of a hard seam matched (0.25 s at 16 fps)
@@ -67,11 +68,12 @@ class Stitcher:
         if not isinstance(self.config, DriftConfig):
             raise ValueError(f"`config` must be a DriftConfig, got {type(self.config).__name__}")
         self.fps = fps
-        self._reference = (
-            load_reference_stats(self.config.reference_image, self.config.stats_stride)
-            if self.config.reference_image is not None
-            else None
-        )
+        self._reference: LabStats | None = None
+        self._reference_rb: RobustStats | None = None
+        if self.config.reference_image is not None:
+            image = load_reference_image(self.config.reference_image)[None]
+            self._reference = LabStats.of_frames(image, self.config.stats_stride)
+            self._reference_rb = RobustStats.of_frames(image, self.config.stats_stride)
         self._frame_shape: tuple[int, int] | None = None  # (H, W) fixed for the whole video
         # timeline
         self._shot = -1  # index of the current shot; -1 until the first new_shot()/push()
@@ -83,6 +85,16 @@ class Stitcher:
         self._tail_stats: LabStats | None = None  # LAB stats of the previous segment's corrected tail
         self._latent_anchor: tuple[np.ndarray, np.ndarray] | None = None
         self._latent_segments = 0  # on_latents() calls in the current shot
+        # robust statistics (videogen.stitch.robust): the anchor's, the previous segment's original
+        # (its background seeds this one's), its corrected robust mean (the seam neighbour), its
+        # corrected tail's (the seam fit); and whether the next segment sets a new anchor
+        self._anchor_rb: RobustStats | None = None
+        self._prev_rb: RobustStats | None = None
+        self._prev_out: np.ndarray | None = None
+        self._tail_rb: RobustStats | None = None
+        self._reanchor = False
+        self._content = 0.0  # content change since the anchor (`content_since_anchor`)
+        self._fits: list[dict] = []  # per corrected segment: content weight, seam scale (the report)
         # measurements of the output
         self._stats: list[np.ndarray] = []  # (T, 6) blocks of per-frame LAB mean/std
         self._segment_starts: list[int] = []
@@ -103,8 +115,18 @@ class Stitcher:
         self._prev = None
         self._tail_stats = None
         self._latent_anchor = None
+        self._anchor_rb = self._prev_rb = self._prev_out = self._tail_rb = None
+        self._reanchor = False
+        self._content = 0.0
         self._shot_starts.append(self._emitted)
         return tail
+
+    def reanchor(self) -> None:
+        """The next segment sets a new colour anchor (its own statistics) without a cut: the seam
+        crossfade and the ramp from the previous segment stay, so the join is as smooth as any
+        seam, and the colours then settle on the new content's own (an extension with a new
+        prompt). A no-op before the first segment of a shot, which anchors anyway."""
+        self._reanchor = self._seg_in_shot > 0
 
     def on_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Segment latents `(B, C, F, h, w)` after denoising, before decode and handoff. With
@@ -145,12 +167,13 @@ class Stitcher:
         if self.config.mode != "off" and self.config.strength > 0:
             corrected, owned = self._correct(frames, first, inplace)
         else:
-            if first:
+            if first or self._reanchor:
                 self._anchor = (
                     self._reference
-                    if self._reference is not None
+                    if self._reference is not None and first
                     else LabStats.of_frames(frames, self.config.stats_stride)
                 )
+                self._reanchor = False
             corrected, owned = frames, inplace
         if first:
             assert self._anchor is not None
@@ -192,19 +215,50 @@ class Stitcher:
         k = self.overlap if self.overlap else min(SEAM_MATCH_FRAMES, T)  # frames matched at a seam
         mean, cov = lab_moments(frames, cfg.stats_stride)  # per frame, pooled below
         stats = LabStats.of_moments(mean, cov)
-        if first:
-            self._anchor = self._reference if self._reference is not None else stats
-        assert self._anchor is not None  # set by the shot's first segment
-        transform = fit_transform(stats, self._anchor, cfg)
+        seed = None if first or self._prev_rb is None else self._prev_rb.bg_mean  # track the background
+        robust = RobustStats.of_frames(frames, cfg.stats_stride, seed) if cfg.robust else None
+        if first or self._reanchor:
+            use_reference = first and self._reference is not None
+            self._anchor = self._reference if use_reference else stats
+            self._anchor_rb = self._reference_rb if use_reference else robust
+            self._reanchor = False
+            self._content = 0.0
+        transform = self._fit(stats, robust, first)
         lut = None if transform.is_identity else ColorLUT(transform)
-        start_lut = lut if first else self._ramp_start(mean[:k], cov[:k])  # a shot's first: no ramp-in
+        # a shot's first segment has no ramp-in
+        start_lut = lut if first else self._ramp_start(frames[:k], mean[:k], cov[:k], robust)
         corrected = apply_ramped(frames, start_lut, lut, cfg.ramp, out=frames if inplace else None)
-        self._prev = transform  # its 32 MiB table is not kept: at most two live per push
-        self._tail_stats = LabStats.of_frames(corrected[T - k :], cfg.stats_stride)
+        self._prev, self._prev_rb = transform, robust  # its 32 MiB table is not kept: at most two live per push
+        out_mean = robust_means(robust, stats, robust, stats)[0]
+        self._prev_out = transform.apply_lab(out_mean)
+        tail = corrected[T - k :]
+        self._tail_stats = LabStats.of_frames(tail, cfg.stats_stride)
+        tail_seed = self._prev_out if robust is not None and robust.bg_mean is not None else None
+        self._tail_rb = RobustStats.of_frames(tail, cfg.stats_stride, tail_seed) if cfg.robust else None
         return corrected, inplace or corrected is not frames
 
-    def _ramp_start(self, head_mean: np.ndarray, head_cov: np.ndarray) -> ColorLUT | None:
-        """The ramp's start for a later segment, from its first k frames' moments `(k, 3)`, `(k, 3, 3)`.
+    def _fit(self, stats: LabStats, robust: RobustStats | None, first: bool) -> ColorTransform:
+        """This segment's transform toward the anchor: robust to content change, and never moving
+        the segment farther from its seam neighbour than the drift it removes (`videogen.stitch.robust`)."""
+        assert self._anchor is not None  # set by the shot's first segment
+        change = None
+        if robust is not None and self._anchor_rb is not None:
+            prev_rb = None if first else self._prev_rb
+            change = content_since_anchor(self._content, robust, prev_rb, self._anchor_rb, self.config.max_std_ratio)
+            self._content = change
+        transform, weight = fit_robust(stats, robust, self._anchor, self._anchor_rb, self.config, change)
+        scale = 1.0
+        if self.config.robust and not first and self._prev_out is not None:
+            mean, anchor = robust_means(robust, stats, self._anchor_rb, self._anchor)
+            transform, scale = limit_to_seam(transform, mean, anchor, self._prev_out)
+        self._fits.append({"segment": len(self._segment_starts), "content_weight": round(weight, 4),
+                           "seam_scale": round(scale, 4)})  # fmt: skip
+        return transform
+
+    def _ramp_start(self, head: np.ndarray, head_mean: np.ndarray, head_cov: np.ndarray,
+                    robust: RobustStats | None) -> ColorLUT | None:  # fmt: skip
+        """The ramp's start for a later segment, from its first k frames (original), their moments
+        `(k, 3)`, `(k, 3, 3)` and the segment's robust statistics (their background seeds the head's).
 
         The ramp starts where the previous segment ended: the first frames are matched to the
         previous segment's corrected last frames (with overlap: the same moments; without: the
@@ -213,7 +267,11 @@ class Stitcher:
         `_correct` too, so its tail statistics exist whenever this runs."""
         if not self.config.ramp or self._tail_stats is None:
             return None
-        seam = fit_transform(LabStats.of_moments(head_mean, head_cov), self._tail_stats, _SEAM_FIT)
+        head_rb = None
+        if robust is not None:
+            head_rb = RobustStats.of_frames(head, self.config.stats_stride, robust.bg_mean)
+        head_stats = LabStats.of_moments(head_mean, head_cov)
+        seam, _weight = fit_robust(head_stats, head_rb, self._tail_stats, self._tail_rb, _SEAM_FIT)
         return None if seam.is_identity else ColorLUT(seam)
 
     def _blend_and_emit(self, corrected: np.ndarray, owned: bool, first: bool) -> np.ndarray:
@@ -244,7 +302,7 @@ class Stitcher:
     def report(self) -> DriftReport:
         """Drift figures of everything emitted so far (held-back frames are not yet included)."""
         stats = np.concatenate(self._stats) if self._stats else np.zeros((0, 6))
-        return build_report(
+        report = build_report(
             stats,
             self._segment_starts,
             self._segment_shots,
@@ -253,6 +311,9 @@ class Stitcher:
             self._anchor_means,
             fps=self.fps,
         )
+        if self._fits:
+            report.extra["corrections"] = [dict(f) for f in self._fits]
+        return report
 
     # -- crash-resume -----------------------------------------------------------------------------
 
@@ -277,11 +338,18 @@ class Stitcher:
             "seams": [list(s) for s in self._seams],
             "shot_starts": list(self._shot_starts),
             "anchor_means": [m.copy() for m in self._anchor_means],
+            "anchor_robust": None if self._anchor_rb is None else self._anchor_rb.to_dict(),
+            "prev_robust": None if self._prev_rb is None else self._prev_rb.to_dict(),
+            "prev_out": None if self._prev_out is None else self._prev_out.copy(),
+            "tail_robust": None if self._tail_rb is None else self._tail_rb.to_dict(),
+            "reanchor": self._reanchor,
+            "content": self._content,
+            "fits": [dict(f) for f in self._fits],
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"`state` version {state.get('version')!r} is not {STATE_VERSION}")
+        if state.get("version") not in (1, STATE_VERSION):
+            raise ValueError(f"`state` version {state.get('version')!r} is not 1 or {STATE_VERSION}")
         if state["overlap"] != self.overlap:
             raise ValueError(f"`state` was saved with overlap {state['overlap']}, this stitcher has {self.overlap}")
         shape = state["frame_shape"]
@@ -302,6 +370,14 @@ class Stitcher:
         self._seams = [(a, b) for a, b in state["seams"]]
         self._shot_starts = list(state["shot_starts"])
         self._anchor_means = [np.asarray(m) for m in state["anchor_means"]]
+        self._anchor_rb = RobustStats.from_dict(state.get("anchor_robust"))  # version 1: None, plain fits
+        self._prev_rb = RobustStats.from_dict(state.get("prev_robust"))
+        prev_out = state.get("prev_out")
+        self._prev_out = None if prev_out is None else np.asarray(prev_out, np.float64)
+        self._tail_rb = RobustStats.from_dict(state.get("tail_robust"))
+        self._reanchor = bool(state.get("reanchor", False))
+        self._content = float(state.get("content", 0.0))
+        self._fits = [dict(f) for f in state.get("fits", [])]
 
     # -- internals --------------------------------------------------------------------------------
 
