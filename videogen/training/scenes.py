@@ -232,7 +232,7 @@ class Track:
     profile: np.ndarray  # (T, PROFILE_BINS) radial profile (`radial_profile`; NaN where absent)
 
 
-def _colour_mask(frames: np.ndarray, rgb: tuple[int, int, int], tol: float = 45.0) -> np.ndarray:
+def colour_mask(frames: np.ndarray, rgb: tuple[int, int, int], tol: float = 45.0) -> np.ndarray:
     """Pixels that are `rgb` under some global gain in [0.58, 1.15] (a lighting change dims the
     whole frame by at most 0.65), within `tol` RGB units after the gain."""
     f = frames.astype(np.float32)
@@ -243,7 +243,7 @@ def _colour_mask(frames: np.ndarray, rgb: tuple[int, int, int], tol: float = 45.
 
 
 def track_colour(frames: np.ndarray, colour: str, min_pixels: int = 12) -> Track:
-    mask = _colour_mask(frames, PALETTE[colour])
+    mask = colour_mask(frames, PALETTE[colour])
     t = len(frames)
     present = np.zeros(t, bool)
     centroid = np.full((t, 2), np.nan)
@@ -357,7 +357,7 @@ def classify_background(frames: np.ndarray, objects: list[str]) -> str:
     sample = frames[:: max(1, len(frames) // 8)].reshape(-1, 3).astype(np.float32)
     keep = np.ones(len(sample), bool)
     for colour in objects:
-        keep &= ~_colour_mask(sample[None], PALETTE[colour])[0]
+        keep &= ~colour_mask(sample[None], PALETTE[colour])[0]
     median = np.median(sample[keep] if keep.any() else sample, axis=0)
 
     def residual(name: str) -> float:  # distance after the best global gain a lighting change allows
