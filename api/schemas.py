@@ -3,7 +3,9 @@
 The video object carries OpenAI's fields (id, object, model, status, progress, created_at,
 completed_at, expires_at, seconds, size, prompt, remixed_from_video_id, error) plus ours:
 `extended_from_video_id`, `steps_done`/`steps_total`, `segments_done`/`segments_total`,
-`started_at`, and `stream` (null, or a live stream's frames, chunks and prompt switches). Status
+`started_at`, `stream` (null, or a live stream's frames, chunks and prompt switches), and the
+health gate's re-samplings: `retries_used` and `segment_retries` (`{segment, attempt, reasons}`
+each; a stream's chunks count as segments). Status
 adds `cancelled` to OpenAI's four.
 """
 
@@ -38,6 +40,8 @@ class CreateParams(BaseModel):
     negative_prompt: str = ""
     attention: str | None = None
     drift_correction: dict[str, Any] | None = None
+    retries: int | None = None  # the health gate's re-samplings per segment (0..10); None: the preset's
+    health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
     shots: list[ShotParam] | None = Field(None, min_length=1)
     stream: bool = False  # a live stream: frames are served as they are made (docs/service.md)
 
@@ -49,6 +53,7 @@ class ExtendParams(BaseModel):
     prompt: str
     seconds: float
     video: dict[str, str]
+    drift_correction: dict[str, Any] | None = None  # merged over the source's; e.g. {"anchor": "source"}
 
 
 class PromptParams(BaseModel):
@@ -87,6 +92,8 @@ def video_object(job: Job) -> dict[str, Any]:
         "segments_done": job.segments_done,
         "segments_total": job.segments_total,
         "stream": stream_object(job) if job.is_stream else None,
+        "retries_used": len(job.spec.get("segment_retries", [])),
+        "segment_retries": job.spec.get("segment_retries", []),
     }
 
 

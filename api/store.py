@@ -262,6 +262,20 @@ class JobStore:
             self._event(s, job_id, "segment", {"index": index, "frames_written": frames_written, "resumed": resumed,
                                                **self._counts(job)})  # fmt: skip
 
+    def record_retry(self, job_id: str, worker: str, index: int, attempt: int, reasons: list[str]) -> None:
+        """The health gate re-sampled segment (or chunk) `index`: a `segment_retries` entry on the
+        job and a `retry` event. A restarted job that retries the same segment again (same seed:
+        same attempt) does not add it twice."""
+        with self.write() as s:
+            job = self._owned(s, job_id, worker)
+            if job is None:
+                return
+            retries = list(job.spec.get("segment_retries", []))
+            entry = {"segment": index, "attempt": attempt, "reasons": list(reasons)}
+            if not any(r["segment"] == index and r["attempt"] == attempt for r in retries):
+                job.spec = {**job.spec, "segment_retries": [*retries, entry]}
+            self._event(s, job_id, "retry", {**entry, **self._counts(job)})
+
     def take_controls(self, job_id: str, worker: str) -> StreamControls:
         """A stream's worker, before its first chunk: pending controls (see `record_chunk`)."""
         with self.write() as s:

@@ -69,7 +69,7 @@ async def read_params(request: Request, svc: Service) -> tuple[dict[str, Any], U
                 fields.setdefault("video", {})[key[6:-1]] = value
             else:
                 fields[key] = value
-        for key in ("shots", "drift_correction", "video"):  # JSON inside a form field
+        for key in ("shots", "drift_correction", "video", "health_checks"):  # JSON inside a form field
             if isinstance(fields.get(key), str):
                 try:
                     fields[key] = json.loads(fields[key])
@@ -143,6 +143,8 @@ def spec_from_params(p: CreateParams) -> RenderSpec:
             negative_prompt=p.negative_prompt,
             attention=p.attention,
             drift_correction=p.drift_correction or {},
+            retries=p.retries,
+            health_checks=p.health_checks,
         )
     except InvalidOption as exc:
         raise invalid(exc) from None
@@ -181,7 +183,8 @@ def _new_stream_job(svc: Service, tenant: str, p: CreateParams) -> Job:
         raise invalid(exc) from None
     entry = svc.catalog.resolve(p.model or DEFAULT_STREAM_MODEL)
     spec = StreamSpec(prompt=p.prompt, seconds=p.seconds, model=entry.ref, size=size, fps=p.fps, steps=p.steps,
-                      guidance=p.guidance_scale, negative_prompt=p.negative_prompt, seed=p.seed)  # fmt: skip
+                      guidance=p.guidance_scale, negative_prompt=p.negative_prompt, seed=p.seed, retries=p.retries,
+                      health_checks=p.health_checks)  # fmt: skip
     checked = svc.catalog.check_stream(spec, entry)
     w, h = spec.size
     return Job(id=new_job_id(), tenant=tenant, model=entry.name, prompt=p.prompt, seconds=_seconds_str(p.seconds),
@@ -237,9 +240,10 @@ def _save_bytes(path, data: bytes) -> None:
 @router.post("/extensions")
 async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSONResponse:
     """A new job that continues a completed video with a new prompt: its first segment is
-    conditioned on the source's last latent frames (the source's `tail.pt`), colour stays anchored
-    to the source, and the result is the source video followed by the new frames, joined without
-    re-encoding. Same model, size, fps and settings as the source. See docs/service.md."""
+    conditioned on the source's last latent frames (the source's `tail.pt`), and the result is the
+    source video followed by the new frames, joined without re-encoding. Same model, size, fps and
+    settings as the source; `drift_correction` is merged over the source's (with the default
+    `anchor: "auto"`, a new prompt gets its own colour anchor). See docs/service.md."""
     fields, upload = await read_params(request, svc)
     if upload is not None:
         raise APIError(400, "Only videos of this server can be extended: pass video={'id': ...}.", param="video",
@@ -255,6 +259,8 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
                        param="video", code="invalid_value")  # fmt: skip
     spec = RenderSpec.from_dict(source.spec)
     spec.shots = [Shot(params.prompt, params.seconds)]
+    if params.drift_correction is not None:  # validated with the rest: 400 naming drift_correction.<key>
+        spec.drift_correction = {**spec.drift_correction, **params.drift_correction}
     entry = svc.catalog.resolve(source.model)
     checked = svc.catalog.check(spec, entry)
     job = _new_job(tenant, entry, checked, params.prompt, source=source.id)

@@ -145,7 +145,7 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     Returns whether a thumbnail was written."""
     from videogen.config.spec import RenderSpec
     from videogen.errors import InvalidOption
-    from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, render
+    from videogen.rendering import RenderFinished, RenderStarted, SegmentFinished, SegmentRetried, render
     from videogen.sampling.loop import StepProgress
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
@@ -174,6 +174,8 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
         progress.flush()  # every step is recorded before the next segment/state event
         if isinstance(event, SegmentFinished):
             store.record_segment(job_id, worker, event.index, event.frames_written, event.resumed)
+        elif isinstance(event, SegmentRetried):  # the health gate re-samples it: the job object and SSE say why
+            store.record_retry(job_id, worker, event.index, event.attempt, list(event.reasons))
         elif isinstance(event, RenderStarted):
             store.mark_started(job_id, worker, steps_total=event.total_steps, segments_total=len(event.plan),
                                resumed_segments=event.resumed_segments,
@@ -233,6 +235,8 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
             writer.write(chunk.frames)
             spool.write_chunk(chunk.index, chunk.first_frame, chunk.prompt, chunk.fps, chunk.frames)
             frames = chunk.first_frame + len(chunk.frames)
+            for attempt, reasons in enumerate(chunk.reasons[:-1], 1):  # the health gate re-generated it
+                store.record_retry(job_id, worker, chunk.index, attempt, list(reasons))
             apply(store.record_chunk(job_id, worker, index=chunk.index, first_frame=chunk.first_frame,
                                      frames=len(chunk.frames), prompt=chunk.prompt, fps=chunk.fps))  # fmt: skip
         writer.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from videogen.cli.options import print_library_warnings
-from videogen.config.presets import parse_size
+from videogen.config.presets import HEALTH_CHECKS, parse_size
 from videogen.config.spec import DEFAULT_SECONDS, RenderSpec, Shot
 from videogen.errors import InvalidOption
 
@@ -86,11 +86,32 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
     p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
+    add_health_arguments(p, "segment")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
     p.add_argument("--workdir", help="checkpoint folder: an interrupted render resumes from its last segment")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_render)
+
+
+def add_health_arguments(p: argparse.ArgumentParser, unit: str) -> None:
+    """The health gate's options (`videogen render`, `videogen stream`); unset: the preset's."""
+    p.add_argument("--retries", type=int, metavar="N",
+                   help=f"re-sample a {unit} that fails the health gate up to N times (0..10; default: the preset's, 2)")  # fmt: skip
+    p.add_argument("--checks", metavar="A,B,...",
+                   help=f"the health gate's checks ({', '.join(HEALTH_CHECKS)}; default: all)")  # fmt: skip
+    p.add_argument("--gate", choices=("on", "off"), help="off: no health gate (no checks, no retries)")
+
+
+def health_options(args: argparse.Namespace) -> dict:
+    """`retries` and `health_checks` for a spec from `--retries`, `--checks` and `--gate`."""
+    if args.gate == "off" and args.checks is not None:
+        raise InvalidOption("--checks", args.checks, "cannot be combined with --gate off")
+    checks = None if args.checks is None else [c.strip() for c in args.checks.split(",") if c.strip()]
+    if args.gate == "off":
+        checks = []
+    options = {"retries": args.retries, "health_checks": checks}
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def spec_from_args(args: argparse.Namespace) -> RenderSpec:
@@ -129,6 +150,7 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
         image=args.image,
     )
     options = {name: value for name, value in given.items() if value is not None}  # unset: the spec's default
+    options.update(health_options(args))
     return RenderSpec(shots=[Shot(p, float(s)) for p, s in shots], drift_correction=drift, **options).validate()
 
 
@@ -144,6 +166,7 @@ class _ProgressDisplay:
     def show(self, event: object) -> None:
         from tqdm import tqdm
 
+        from videogen.rendering.events import SegmentRetried
         from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
         from videogen.sampling.loop import StepProgress
 
@@ -164,7 +187,15 @@ class _ProgressDisplay:
                                  unit="step", position=1, leave=False, file=sys.stderr)  # fmt: skip
         elif isinstance(event, StepProgress) and self.step_bar is not None:
             self.step_bar.update(1)
+        elif isinstance(event, SegmentRetried):
+            self._write(f"videogen: segment {event.index + 1} failed {', '.join(event.reasons)}; "
+                        f"re-sampling (attempt {event.attempt + 1})")  # fmt: skip
+            if self.step_bar is not None:
+                self.step_bar.reset()
         elif isinstance(event, SegmentFinished):
+            if event.failed_checks:
+                self._write(f"videogen: segment {event.index + 1} kept its best of {event.attempts} attempts, "
+                            f"still failing {', '.join(event.failed_checks)}")  # fmt: skip
             if self.step_bar is not None:
                 self.step_bar.close()
                 self.step_bar = None
@@ -174,6 +205,11 @@ class _ProgressDisplay:
             if self.segment_bar is not None:
                 self.segment_bar.close()
             print(f"videogen: wrote {event.video} ({event.frames} frames)", file=sys.stderr)
+
+    def _write(self, line: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stderr)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

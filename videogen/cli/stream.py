@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 from videogen.cli.options import print_library_warnings
+from videogen.cli.render import add_health_arguments, health_options
 from videogen.config.spec import StreamSpec
 from videogen.errors import InvalidOption
 
@@ -55,6 +56,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-frames", type=int, help="latent frames per chunk (default 3)")
     p.add_argument("--sink-frames", type=int, help="first latent frames kept in the KV cache (default 1)")
     p.add_argument("--window-frames", type=int, help="recent latent frames kept in the KV cache (default 6)")
+    add_health_arguments(p, "chunk")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -92,6 +94,7 @@ def spec_from_args(args: argparse.Namespace) -> StreamSpec:
         dtype=args.dtype,
     )
     options = {name: value for name, value in given.items() if value is not None}
+    options.update(health_options(args))
     if args.forever:
         options["seconds"] = None  # until interrupted
     spec = StreamSpec(prompt=args.prompt, switches=[_parse_switch(s) for s in args.switch], **options)
@@ -187,6 +190,11 @@ def cmd_stream(args: argparse.Namespace) -> int:
             sink.write(chunk.frames)
             frames += len(chunk.frames)
             if bar is not None:
+                if chunk.attempts > 1:
+                    failed = ", ".join(chunk.failed_checks) or "nothing"
+                    bar.write(f"videogen: chunk {chunk.index} re-generated {chunk.attempts - 1} time(s) "
+                              f"({'; '.join(', '.join(r) for r in chunk.reasons if r)}); kept attempt fails {failed}",
+                              file=sys.stderr)  # fmt: skip
                 bar.update(len(chunk.frames))
                 bar.set_postfix_str(chunk.prompt[:40])
             chunk = next(gen, None)

@@ -15,6 +15,43 @@ from videogen.config import environment
 from videogen.errors import ModelLoadError
 
 ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
+# The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
+HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss")
+MAX_RETRIES = 10
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """The segment health gate of a preset (`health:` in configs/models.yaml): which checks run,
+    how many times a failed segment is re-sampled, and the thresholds. Pixel values are 0..255;
+    motion and steps are mean absolute differences of consecutive frames; histograms are coarse
+    RGB histograms compared by total variation (0..1)."""
+
+    checks: tuple[str, ...] = HEALTH_CHECKS
+    retries: int = 2
+    dark_level: int = 24  # a pixel whose brightest channel is below this is dark
+    bright_level: int = 235  # a pixel whose darkest channel is above this is blown
+    empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
+    bad_frames: float = 0.25  # a segment with this share of black (or blown) frames fails
+    frozen_ratio: float = 0.15  # frozen: motion below this share of the previous segment's ...
+    frozen_floor: float = 0.6  # ... when the previous segment moved at least this much
+    seam_ratio: float = 4.0  # seam jump: the seam's histogram step over the p95 in-segment step ...
+    seam_floor: float = 0.08  # ... and at least this large
+    foreground_distance: float = 60.0  # a pixel this far from the border colour is foreground
+    foreground_ratio: float = 0.35  # content loss: foreground mass below this share of the previous segment's
+    foreground_floor: float = 0.02  # ... when that held at least this share of the frame
+    histogram_distance: float = 0.5  # content loss: the colour histogram moved this far from the previous segment's
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.checks if c not in HEALTH_CHECKS]
+        if unknown:
+            raise ValueError(f"unknown health check {unknown[0]!r} (known: {', '.join(HEALTH_CHECKS)})")
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be in 0..{MAX_RETRIES}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checks)
 
 
 def parse_size(value: str | tuple[int, int], option: str = "size") -> tuple[int, int]:
@@ -49,6 +86,7 @@ class Preset:
     path: Path | None = None  # diffusers folder; None for the built-in model
     weights: str = "builtin.safetensors"  # built-in models: the weights file in videogen/models/weights/
     causal: bool = False  # trained block-causal: generates chunk by chunk (`videogen stream`)
+    health: HealthConfig = HealthConfig()  # the segment health gate's defaults for this model
 
     @property
     def available(self) -> bool:
@@ -88,9 +126,25 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             path=_resolve_path(raw["path"]) if kind == "diffusers" else None,
             weights=str(raw.get("weights", "builtin.safetensors")),
             causal=bool(raw.get("causal", False)),
+            health=_health(name, config_file, raw.get("health") or {}),
         )
     default = data.get("default", next(iter(presets), ""))
     return default, presets
+
+
+def _health(name: str, config_file: Path, raw: dict) -> HealthConfig:
+    """A preset's `health:` block over `HealthConfig`'s defaults."""
+    known = set(HealthConfig.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ModelLoadError(f"preset {name!r} in {config_file}: unknown health key {unknown[0]!r}")
+    values = dict(raw)
+    if "checks" in values:
+        values["checks"] = tuple(values["checks"] or ())
+    try:
+        return HealthConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"preset {name!r} in {config_file}: health: {exc}") from None
 
 
 def load_presets() -> dict[str, Preset]:

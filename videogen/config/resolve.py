@@ -18,7 +18,7 @@ from typing import Any
 
 from videogen.config.geometry import ModelGeometry, geometry_for
 from videogen.config.plan import RenderPlan, frames_for, plan_render
-from videogen.config.presets import Preset, load_presets, resolve_preset
+from videogen.config.presets import HealthConfig, Preset, load_presets, resolve_preset
 from videogen.config.spec import RenderSpec, Shot, StreamSpec
 from videogen.errors import InvalidOption
 
@@ -52,6 +52,7 @@ class ResolvedRender:
     image: str | None
     device: str
     dtype: str
+    health: HealthConfig  # the segment health gate: the preset's, with the request's checks and retries
 
     @property
     def total_steps(self) -> int:
@@ -81,6 +82,7 @@ class ResolvedStream:
     checkpoint: str | None
     device: str
     dtype: str
+    health: HealthConfig  # the chunk health gate, as for a render
     frames: int | None  # round(seconds * fps), exactly; None: until cancelled
     chunks: int | None  # chunks that make `frames`
 
@@ -116,6 +118,7 @@ def resolve_render(spec: RenderSpec, preset: Preset | None = None, geometry: Mod
         image=spec.image,
         device=spec.device,
         dtype=spec.dtype,
+        health=_health(preset.health, spec.retries, spec.health_checks),
     )
 
 
@@ -158,6 +161,7 @@ def resolve_stream(
         checkpoint=spec.checkpoint,
         device=spec.device,
         dtype=spec.dtype,
+        health=_health(preset.health, spec.retries, spec.health_checks),
         frames=frames,
         chunks=None if frames is None else _chunks(frames, spec, geometry.temporal_factor),
     )
@@ -166,6 +170,14 @@ def resolve_stream(
 def _given(value: Any, default: Any) -> Any:
     """The request's value where it sets one (None: unset; 0 and "" are values), else the preset's."""
     return default if value is None else value
+
+
+def _health(preset: HealthConfig, retries: int | None, checks: list[str] | None) -> HealthConfig:
+    """The preset's gate with the request's retries and checks (an empty list: the gate is off)."""
+    from dataclasses import replace
+
+    return replace(preset, retries=_given(retries, preset.retries),
+                   checks=preset.checks if checks is None else tuple(dict.fromkeys(checks)))  # fmt: skip
 
 
 def _frame_size(size: tuple[int, int] | None, preset: Preset, geometry: ModelGeometry) -> tuple[int, int]:

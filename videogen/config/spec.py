@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from videogen.config.presets import ATTENTION_BACKENDS
+from videogen.config.presets import ATTENTION_BACKENDS, HEALTH_CHECKS, MAX_RETRIES
 from videogen.errors import InvalidOption
 
 DEFAULT_SECONDS = 5.0  # a render's length when a prompt is given without one (CLI, Python)
@@ -55,6 +55,8 @@ class RenderSpec:
     dtype: str = "auto"
     drift_correction: dict[str, Any] = field(default_factory=dict)  # videogen.stitch.config.DriftConfig fields
     image: str | None = None  # first frame: an image file the video starts from (image-to-video)
+    retries: int | None = None  # re-samplings of a segment that fails the health gate; None: the preset's
+    health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
 
     @classmethod
     def single(cls, prompt: str, seconds: float | None = None, **kw: Any) -> RenderSpec:
@@ -100,6 +102,7 @@ class RenderSpec:
             if not isinstance(self.image, str) or not Path(self.image).is_file():
                 raise InvalidOption("image", self.image, "no such image file")
         self.drift_config()
+        check_health_options(self.retries, self.health_checks)
         return self
 
     def drift_config(self):
@@ -157,6 +160,8 @@ class StreamSpec:
     window_frames: int = 6  # most recent latent frames kept in the cache
     switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
     checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
+    retries: int | None = None  # re-generations of a chunk that fails the health gate; None: the preset's
+    health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
     device: str = "auto"
     dtype: str = "auto"
 
@@ -177,6 +182,7 @@ class StreamSpec:
         for at, prompt in self.switches:
             if at < 0 or not prompt.strip():
                 raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
+        check_health_options(self.retries, self.health_checks)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -192,6 +198,19 @@ class StreamSpec:
             kw["size"] = tuple(kw["size"])
         kw["switches"] = [(float(at), str(prompt)) for at, prompt in kw.get("switches") or []]
         return cls(**kw)
+
+
+def check_health_options(retries: Any, checks: Any) -> None:
+    """The health gate's options (`videogen.sampling.health`): InvalidOption naming `retries` or `health_checks`."""
+    bad_int = not isinstance(retries, int) or isinstance(retries, bool)
+    if retries is not None and (bad_int or not 0 <= retries <= MAX_RETRIES):
+        raise InvalidOption("retries", retries, f"must be a whole number in 0..{MAX_RETRIES}")
+    if checks is not None:
+        if not isinstance(checks, (list, tuple)) or not all(isinstance(c, str) for c in checks):
+            raise InvalidOption("health_checks", checks, "must be a list of check names")
+        for check in checks:
+            if check not in HEALTH_CHECKS:
+                raise InvalidOption("health_checks", check, f"unknown check (known: {', '.join(HEALTH_CHECKS)})")
 
 
 def _check_sampling(size, fps, steps, guidance, seed) -> None:

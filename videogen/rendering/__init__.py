@@ -4,7 +4,15 @@ Its stages live in their own modules: `events` (what it yields), `segment` (one 
 denoise -> stitch), `checkpoints` (resume), `tail` (extensions), `image` (image-to-video).
 """
 
-from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+from videogen.rendering.events import (
+    Event,
+    RenderFinished,
+    RenderStarted,
+    SegmentFinished,
+    SegmentRetried,
+    SegmentStarted,
+)
 from videogen.rendering.render import prepare, render
 
-__all__ = ["Event", "RenderFinished", "RenderStarted", "SegmentFinished", "SegmentStarted", "prepare", "render"]
+__all__ = ["Event", "RenderFinished", "RenderStarted", "SegmentFinished", "SegmentRetried", "SegmentStarted", "prepare",
+           "render"]  # fmt: skip

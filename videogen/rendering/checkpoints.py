@@ -2,7 +2,8 @@
 finished segment and produces the same video an uninterrupted one would.
 
 Each finished segment leaves one file in the work directory: the frames it wrote, the latents it
-hands to the next segment and the stitcher's state. Files are keyed by a hash of the spec and the
+hands to the next segment, the stitcher's state and the health gate's memory (which attempt each
+segment kept, and what the next segment is judged against). Files are keyed by a hash of the spec and the
 model's identity, so a changed request never resumes from another request's segments, and each is
 written atomically (a crash leaves the old state or the new, never half).
 """
@@ -27,6 +28,7 @@ class SegmentCheckpoint:
     written: np.ndarray  # (T, H, W, 3) uint8: the frames the segment wrote to the video
     handoff: torch.Tensor  # (1, C, F, h, w): its latents, the next segment's clean prefix
     stitcher: dict[str, Any]  # `Stitcher.state_dict()` after it
+    health: dict[str, Any] | None = None  # `HealthHistory.state_dict()` after it (the kept attempt); None: gate off
 
 
 class SegmentCheckpoints:
@@ -53,14 +55,15 @@ class SegmentCheckpoints:
             done += 1
         return done
 
-    def save(self, index: int, written: np.ndarray, handoff: torch.Tensor, stitcher_state: dict[str, Any]) -> None:
+    def save(self, index: int, written: np.ndarray, handoff: torch.Tensor, stitcher_state: dict[str, Any],
+             health: dict[str, Any] | None = None) -> None:  # fmt: skip
         tmp = self._file(index).with_suffix(".tmp")
-        torch.save({"written": written, "handoff": handoff, "stitcher": stitcher_state}, tmp)
+        torch.save({"written": written, "handoff": handoff, "stitcher": stitcher_state, "health": health}, tmp)
         os.replace(tmp, self._file(index))  # atomic: a crash leaves the old state or the new, never half
 
     def load(self, index: int) -> SegmentCheckpoint:
         state = torch.load(self._file(index), weights_only=False)
-        return SegmentCheckpoint(state["written"], state["handoff"], state["stitcher"])
+        return SegmentCheckpoint(state["written"], state["handoff"], state["stitcher"], state.get("health"))
 
     def clear(self) -> None:
         for f in self.root.glob(f"segment-{self.key}-*.pt"):

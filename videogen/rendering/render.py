@@ -33,6 +33,7 @@ from videogen.errors import RenderCancelled
 from videogen.io.video import VideoWriter, check_output_path
 from videogen.rendering.checkpoints import SegmentCheckpoints
 from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+from videogen.rendering.gate import HealthHistory
 from videogen.rendering.segment import SegmentInputs, make_segment, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
 
@@ -51,6 +52,7 @@ class _Progress:
     skip: int = 0  # leading output frames the source video already shows (an extension's overlap)
     frames_written: int = 0
     tail: RenderTail | None = None  # the last segment's tail, when one is to be saved
+    health: HealthHistory | None = None  # the health gate's memory (None: the gate is off)
 
 
 def render(
@@ -92,7 +94,8 @@ def render(
     yield RenderStarted(plan, settings, resolved.total_steps, done)
     inputs = segment_inputs(model, resolved, source, cancel)
     stitcher = Stitcher(settings.overlap_frames, spec.drift_config(), fps=settings.fps)
-    progress = _restore_source(source, stitcher, settings, done)
+    progress = _restore_source(source, stitcher, resolved, done)
+    progress.health = HealthHistory() if resolved.health.enabled else None
     thumb = _thumbnail_path(output, thumbnail)
     writer = VideoWriter(output, settings.width, settings.height, settings.fps, thumbnail=thumb)
     # 4. Per segment: denoise -> stitch -> write -> checkpoint -> report.
@@ -119,12 +122,18 @@ def _thumbnail_path(output: Path, thumbnail: str | os.PathLike | bool | None) ->
     return Path(thumbnail) if thumbnail else None
 
 
-def _restore_source(source: RenderTail | None, stitcher: Any, settings: ResolvedSettings, done: int) -> _Progress:
-    """An extension starts from its source's last latents and stitcher state."""
+def _restore_source(source: RenderTail | None, stitcher: Any, resolved: ResolvedRender, done: int) -> _Progress:
+    """An extension starts from its source's last latents and stitcher state. Its colour anchor
+    (`DriftConfig.anchor`): "auto" starts its own when its first prompt differs from the source's
+    last (the source's anchor would paint the new content in the old one's colours), "new"
+    always, "source" never; the seam into it stays blended either way."""
     if source is None:
         return _Progress()
     stitcher.load_state_dict(source.stitcher)
-    skip = settings.overlap_frames if done == 0 else 0  # a resumed extension already skipped them
+    anchor, prompt = stitcher.config.anchor, resolved.plan.segments[0].prompt
+    if anchor == "new" or (anchor == "auto" and source.prompt is not None and source.prompt != prompt):
+        stitcher.reanchor()  # kept in the stitcher's state: a resumed extension restores it from its checkpoint
+    skip = resolved.settings.overlap_frames if done == 0 else 0  # a resumed extension already skipped them
     return _Progress(handoff=source.handoff, skip=skip)
 
 
@@ -137,7 +146,11 @@ def _replay(seg: SegmentPlan, checkpoints: SegmentCheckpoints, done: int, writer
     if seg.index == done - 1:
         progress.handoff = saved.handoff
         stitcher.load_state_dict(saved.stitcher)
-    return SegmentFinished(seg.index, progress.frames_written, resumed=True)
+        if progress.health is not None and saved.health is not None:
+            progress.health.load_state_dict(saved.health)
+    record = next((r for r in (saved.health or {}).get("records", []) if r["segment"] == seg.index), None)
+    attempts, failed = (record["attempts"], tuple(record["failed_checks"])) if record else (1, ())
+    return SegmentFinished(seg.index, progress.frames_written, resumed=True, attempts=attempts, failed_checks=failed)
 
 
 def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: VideoWriter,
@@ -145,12 +158,13 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     """One new segment: denoise and stitch it, write its frames, checkpoint it, report it."""
     yield SegmentStarted(seg.index, seg.shot, seg.frames)
     last = seg.index == len(inputs.resolved.plan) - 1
-    out = yield from make_segment(seg, inputs, stitcher, progress.handoff, last=last, keep_state=keep_tail)
+    out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
+                                  keep_state=keep_tail)  # fmt: skip
     handoff = out.latents.detach().to("cpu")
     if out.stitcher_state is not None:
         progress.tail = RenderTail(handoff, out.stitcher_state, asdict(inputs.resolved.settings),
                                    inputs.model.preset.name, inputs.offset + len(inputs.resolved.plan),
-                                   inputs.times[seg.index] + seg.latent_frames)  # fmt: skip
+                                   inputs.times[seg.index] + seg.latent_frames, seg.prompt)  # fmt: skip
     frames = out.frames
     if progress.skip:  # an extension: the source video already shows the overlap
         frames, progress.skip = frames[progress.skip :], max(0, progress.skip - len(frames))
@@ -158,8 +172,9 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     progress.frames_written += len(frames)
     progress.handoff = handoff
     if checkpoints:
-        checkpoints.save(seg.index, frames, handoff, stitcher.state_dict())
-    yield SegmentFinished(seg.index, progress.frames_written)
+        health = progress.health.state_dict() if progress.health is not None else None
+        checkpoints.save(seg.index, frames, handoff, stitcher.state_dict(), health)
+    yield SegmentFinished(seg.index, progress.frames_written, attempts=out.attempts, failed_checks=out.failed_checks)
 
 
 def _finish(output: Path, thumb: Path | None, resolved: ResolvedRender, stitcher: Any,
@@ -168,7 +183,10 @@ def _finish(output: Path, thumb: Path | None, resolved: ResolvedRender, stitcher
         raise RuntimeError(
             f"internal error: wrote {progress.frames_written} frames, planned {resolved.plan.total_frames}"
         )
-    report, _plot = stitcher.report().write(output)  # `<video>.drift.json`, `<video>.drift.png`
+    drift = stitcher.report()
+    if progress.health is not None:  # every segment's attempts and the checks they failed
+        drift.extra["health"] = progress.health.report()
+    report, _plot = drift.write(output)  # `<video>.drift.json`, `<video>.drift.png`
     if tail is not None and progress.tail is not None:
         save_tail(tail, progress.tail)
     if checkpoints:

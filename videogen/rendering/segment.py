@@ -19,8 +19,11 @@ import torch
 
 from videogen.config.plan import RenderPlan, SegmentPlan
 from videogen.config.resolve import ResolvedRender
+from videogen.rendering.events import SegmentRetried
+from videogen.rendering.gate import HealthHistory, gated_sample
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
+from videogen.sampling.health import attempt_noise
 from videogen.sampling.loop import StepProgress, denoise_segment
 
 
@@ -44,6 +47,8 @@ class SegmentOutput:
     latents: torch.Tensor  # (1, C, F, h, w), after latent drift correction: the next segment's prefix
     frames: np.ndarray  # (T, H, W, 3) uint8: what the segment adds to the video
     stitcher_state: dict[str, Any] | None  # the last segment's, before the final flush (for the tail)
+    attempts: int = 1  # samplings (the health gate's retries + 1)
+    failed_checks: tuple[str, ...] = ()  # checks the kept attempt still fails
 
 
 def segment_times(plan: RenderPlan, time_end: float | None = None) -> list[float]:
@@ -74,39 +79,66 @@ def segment_inputs(model: Any, resolved: ResolvedRender, source: RenderTail | No
     return SegmentInputs(model, resolved, embeds, uncond, image, times, offset, source is not None, cancel)
 
 
-def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff: torch.Tensor | None, *,
-                 last: bool, keep_state: bool) -> Generator[StepProgress, None, SegmentOutput]:  # fmt: skip
-    """Denoise `seg` and stitch it: yields a `StepProgress` per step, returns its frames. `handoff`:
-    the previous segment's latents; `last`: the render's last segment (the stitcher flushes what
-    it holds back); `keep_state`: also return the stitcher's state before that flush."""
-    from videogen.models.codec import video_to_uint8
-
+def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff: torch.Tensor | None,
+                 history: HealthHistory | None, *, last: bool,
+                 keep_state: bool) -> Generator[StepProgress | SegmentRetried, None, SegmentOutput]:  # fmt: skip
+    """Denoise `seg` and stitch it: yields a `StepProgress` per step (and a `SegmentRetried`
+    before each re-sampling the health gate asks for), returns its frames. `handoff`: the
+    previous segment's latents; `history`: the gate's memory (None: the gate is off); `last`: the
+    render's last segment (the stitcher flushes what it holds back); `keep_state`: also return
+    the stitcher's state before that flush."""
     model, settings = inputs.model, inputs.resolved.settings
     written: list[np.ndarray] = []
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
-    latents = yield from denoise_segment(
+
+    def sample(attempt: int) -> Generator[StepProgress, None, torch.Tensor]:
+        return _denoise(seg, inputs, handoff, attempt)
+
+    def decode(latents: torch.Tensor) -> np.ndarray:
+        from videogen.models.codec import video_to_uint8
+
+        return video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
+
+    gate = None
+    if history is None:  # the gate is off: today's path, step for step
+        latents = yield from sample(0)
+    else:  # the gate judges the model's own output, before drift correction
+        gate = yield from gated_sample(seg, inputs, history, sample, decode)
+        latents = gate.latents
+    corrected = stitcher.on_latents(latents)
+    frames = gate.frames if gate is not None and corrected is latents else decode(corrected)
+    written.append(stitcher.push(frames))
+    state = stitcher.state_dict() if last and keep_state else None
+    if last:
+        written.append(stitcher.flush())
+    out = concat_frames(written, settings.height, settings.width)
+    return SegmentOutput(corrected, out, state, gate.attempts if gate else 1, gate.failed if gate else ())
+
+
+def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None,
+             attempt: int) -> Generator[StepProgress, None, torch.Tensor]:  # fmt: skip
+    """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`)."""
+    model, settings = inputs.model, inputs.resolved.settings
+    h, w = settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor
+    index = inputs.offset + seg.index
+    shape = (1, model.codec.latent_channels, seg.latent_frames, h, w)
+    return denoise_segment(
         model,
         cond=inputs.embeds[seg.prompt],
         uncond=inputs.uncond,
         latent_frames=seg.latent_frames,
-        latent_size=(settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor),
+        latent_size=(h, w),
         prefix=_prefix(seg, inputs, handoff),
         steps=settings.steps,
         guidance=settings.guidance,
         flow_shift=settings.flow_shift,
         seed=inputs.resolved.seed,
-        segment=inputs.offset + seg.index,
+        segment=index,
         cancel=inputs.cancel,
         time=inputs.times[seg.index],
+        noise=attempt_noise(shape, inputs.resolved.seed, index, attempt) if attempt else None,
     )
-    latents = stitcher.on_latents(latents)
-    frames = video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
-    written.append(stitcher.push(frames))
-    state = stitcher.state_dict() if last and keep_state else None
-    if last:
-        written.append(stitcher.flush())
-    return SegmentOutput(latents, concat_frames(written, settings.height, settings.width), state)
 
 
 def _prefix(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None) -> torch.Tensor | None:

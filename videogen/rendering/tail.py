@@ -2,8 +2,9 @@
 
 The tail is the last segment's latents (the extension's clean prefix), the stitcher's state (seam
 blend, colour anchor), the settings that must match, the number of segments so far (the
-extension continues the noise stream after them) and where the source's clock ended. It is one
-`torch.save` file, written atomically.
+extension continues the noise stream after them), where the source's clock ended and its last
+prompt (an extension with another prompt starts its own colour anchor). It is one `torch.save`
+file, written atomically.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ class RenderTail:
     model: str  # the source's preset name
     segments: int  # segments of the source video (the extension's numbering continues after them)
     time_end: float | None  # where the source's clock ended, in latent frames (None: unknown)
+    prompt: str | None = None  # the source's last segment's prompt (None: a tail saved before it was kept)
 
     def to_dict(self) -> dict[str, Any]:
         return {"handoff": self.handoff, "stitcher": self.stitcher, "settings": self.settings, "model": self.model,
-                "segments": self.segments, "time_end": self.time_end}  # fmt: skip
+                "segments": self.segments, "time_end": self.time_end, "prompt": self.prompt}  # fmt: skip
 
 
 def load_tail(path: str | os.PathLike, model_name: str, settings: ResolvedSettings) -> RenderTail:
@@ -43,7 +45,7 @@ def load_tail(path: str | os.PathLike, model_name: str, settings: ResolvedSettin
         raise InvalidOption("continue_from", str(path), "no such render tail file")
     raw = torch.load(p, weights_only=False)
     tail = RenderTail(raw["handoff"], raw["stitcher"], raw["settings"], raw["model"], int(raw["segments"]),
-                      raw.get("time_end"))  # fmt: skip
+                      raw.get("time_end"), raw.get("prompt"))  # fmt: skip
     mine = asdict(settings)
     for key in MATCHING_SETTINGS:
         if tail.settings[key] != mine[key]:

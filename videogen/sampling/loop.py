@@ -133,11 +133,14 @@ def denoise_segment(
     segment: int = 0,
     cancel: Callable[[], bool] | None = None,
     time: float = 0.0,  # the first latent frame's time in its shot, in latent frames (`segment_times`)
+    noise: torch.Tensor | None = None,  # a re-sampling's noise (`videogen.sampling.health.attempt_noise`)
 ) -> Generator[StepProgress, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring)."""
     channels = model.codec.latent_channels
     h, w = latent_size
-    latents = segment_noise((1, channels, latent_frames, h, w), seed, segment).to(model.device)
+    if noise is None:
+        noise = segment_noise((1, channels, latent_frames, h, w), seed, segment)
+    latents = noise.to(model.device)
     n_prefix = 0 if prefix is None else prefix.shape[2]
     if prefix is not None:
         if prefix.shape[1] != channels or tuple(prefix.shape[3:]) != (h, w) or n_prefix >= latent_frames:

@@ -15,6 +15,7 @@ import torch
 
 from videogen.attention.causal import KVCache
 from videogen.errors import InvalidOption
+from videogen.sampling.health import SegmentStats
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class StreamChunk:
     first_frame: int  # stream index of frames[0]
     prompt: str
     fps: float
+    attempts: int = 1  # samplings of this chunk (1: it passed the health gate, or the gate is off)
+    failed_checks: tuple[str, ...] = ()  # checks the kept attempt still fails (none passed: the best is kept)
+    reasons: tuple[tuple[str, ...], ...] = ()  # the checks each attempt failed, in order (gate on)
 
     @property
     def end_seconds(self) -> float:
@@ -60,6 +64,12 @@ class StreamState:
     last_latent: torch.Tensor | None = None  # (1, C, 1, h, w): the previous chunk's last latent frame
     recaches: int = 0  # prompt switches
     rebases: int = 0  # clock re-bases
+    # The health gate's memory (`videogen.sampling.health`): the prompt's first and last chunks and
+    # the last frame shown; a prompt switch starts afresh, as a new shot does in a render.
+    health_anchor: SegmentStats | None = None
+    health_previous: SegmentStats | None = None
+    last_frame: np.ndarray | None = None  # (H, W, 3) uint8
+    retries: int = 0  # re-generations so far
 
 
 class StreamControl:

@@ -5,7 +5,10 @@ The video is made chunk by chunk (C latent frames each). A chunk starts as noise
 in S steps (`videogen.sampling.loop.denoise`) by a block-causal model (`videogen.attention.causal`)
 whose self-attention reads the keys and values of earlier chunks from a `KVCache`; then one
 clean-context pass (the denoised chunk at timestep 0) writes the chunk's own keys and values into
-the cache, and the chunk is decoded and handed to the caller. This is CausVid / Self-Forcing's
+the cache, and the chunk is decoded and handed to the caller. With the health gate on
+(`videogen.sampling.health`) the chunk is decoded and judged *before* the write pass commits
+it: a failed chunk is denoised again from its next attempt's noise (the cache is only read
+meanwhile), and only the kept attempt's K/V enter the cache. This is CausVid / Self-Forcing's
 inference loop; the cache keeps sink frames from the start plus a window of recent frames
 (LongLive), so memory is fixed and RoPE positions stay within the trained range however long the
 stream runs.
@@ -21,7 +24,8 @@ the API worker and the tests consume it alike.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,11 +34,13 @@ import torch
 from videogen.attention.causal import chunk_frames_of, new_cache
 from videogen.attention.processor import ensure_self_attention
 from videogen.config.geometry import geometry_of
+from videogen.config.presets import HealthConfig
 from videogen.config.resolve import resolve_stream
 from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
 from videogen.errors import RenderCancelled
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.loop import DenoiseRequest, denoise, run_to_end, segment_noise
+from videogen.sampling.health import Verdict, attempt_noise, check_segment, run_gate
+from videogen.sampling.loop import DenoiseRequest, StepProgress, denoise, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
 
@@ -61,7 +67,7 @@ def stream(spec: StreamSpec, model: Any = None, *, control: StreamControl | None
     state = _start(model, spec, settings, embed(spec.prompt))
     if control is not None:
         control.attach(state)
-    yield from _chunks(model, spec, settings, state, embed, fps, total, control)
+    yield from _chunks(model, spec, settings, state, embed, fps, total, control, job.health)
 
 
 def _prompt_embedder(model: Any, negative_prompt: str, use_cfg: bool) -> Callable[[str], torch.Tensor]:
@@ -87,7 +93,8 @@ def _start(model: Any, spec: StreamSpec, settings: StreamSettings, embeds: torch
 
 
 def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: StreamState, embed: Callable[[str], torch.Tensor],
-            fps: float, total: int | None, control: StreamControl | None) -> Iterator[StreamChunk]:  # fmt: skip
+            fps: float, total: int | None, control: StreamControl | None,
+            health: HealthConfig) -> Iterator[StreamChunk]:  # fmt: skip
     """The stream's chunks, each after any pending prompt switch and clock re-base."""
     switches = sorted(spec.switches)
     cancel = (lambda: control.cancelled) if control is not None else None
@@ -99,13 +106,16 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
             new_prompt = switches.pop(0)[1]
         if new_prompt is not None and new_prompt != state.prompt:
             switch_prompt(model, state, settings, new_prompt, embed(new_prompt))
+            state.health_anchor = state.health_previous = state.last_frame = None
         rebase_clock(
             model, state, settings, chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)[0]
         )
-        frames = _decode(model, state, generate_chunk(model, state, settings, cancel))
+        made = generate_chunk(model, state, settings, cancel, health)
+        frames = made.frames
         if total is not None:
             frames = frames[: total - state.frames]
-        chunk = StreamChunk(index, frames, state.frames, state.prompt, fps)
+        chunk = StreamChunk(index, frames, state.frames, state.prompt, fps, made.attempts, made.failed,
+                            made.reasons)  # fmt: skip
         state.frames += len(frames)
         state.chunk += 1
         yield chunk
@@ -113,30 +123,69 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
             return
 
 
-def generate_chunk(
-    model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None
-) -> torch.Tensor:
-    """Denoise the stream's next chunk against the cache, then write its K/V: its latents (1, C, n, h, w)."""
+@dataclass(frozen=True)
+class MadeChunk:
+    """A chunk's kept attempt: its decoded frames and how the health gate judged it."""
+
+    latents: torch.Tensor  # (1, C, n, h, w)
+    frames: np.ndarray  # (T, H, W, 3) uint8, new frames only
+    attempts: int = 1
+    failed: tuple[str, ...] = ()  # checks the kept attempt still fails
+    reasons: tuple[tuple[str, ...], ...] = ()  # each attempt's failed checks (gate on)
+
+
+def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None,
+                   health: HealthConfig | None = None) -> MadeChunk:  # fmt: skip
+    """Denoise the stream's next chunk against the cache and decode it; with `health` on, judge it
+    and re-generate it from the next attempt's noise until it passes (or keep the best); then
+    write the kept attempt's K/V (the only change to the cache)."""
     frames = chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)
-    noise = segment_noise(
-        (1, model.codec.latent_channels, len(frames), *settings.latent_hw), settings.seed, state.chunk
-    )
+    shape = (1, model.codec.latent_channels, len(frames), *settings.latent_hw)
     plan = plan_for(model, state, settings, frames)
-    request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
-                             settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel)  # fmt: skip
-    latents = run_to_end(denoise(model, request))
-    write_pass(model, state, settings, latents, frames, plan)
+
+    def sample(attempt: int) -> Generator[StepProgress, None, torch.Tensor]:
+        noise = attempt_noise(shape, settings.seed, state.chunk, attempt)
+        request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
+                                 settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel)  # fmt: skip
+        return denoise(model, request)
+
+    if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
+        latents = run_to_end(sample(0))
+        made = MadeChunk(latents, _decode(model, state, latents))
+    else:
+        made = _gated(state, health, sample, lambda latents: _decode(model, state, latents))
+    write_pass(model, state, settings, made.latents, frames, plan)
     state.latent_frames += len(frames)
-    return latents
+    state.last_latent = made.latents[:, :, -1:].clone()
+    return made
+
+
+def _gated(state: StreamState, health: HealthConfig, sample: Callable[[int], Generator[StepProgress, None, torch.Tensor]],
+           decode: Callable[[torch.Tensor], np.ndarray]) -> MadeChunk:  # fmt: skip
+    """Run the health gate over a chunk's attempts; the previous chunk's last frame leads each
+    attempt's frames, so the seam into the chunk is judged too."""
+    lead = state.last_frame
+
+    def judge(frames: np.ndarray) -> Verdict:
+        shown = frames if lead is None else np.concatenate([lead[None], frames])
+        return check_segment(shown, 0 if lead is None else 1, state.health_previous, state.health_anchor, health)
+
+    result = run_to_end(run_gate(sample, decode, judge, health))
+    stats = result.verdicts[result.chosen].stats
+    state.health_anchor = state.health_anchor or stats
+    state.health_previous = stats
+    state.last_frame = result.frames[-1].copy() if len(result.frames) else lead
+    state.retries += result.attempts - 1
+    return MadeChunk(result.latents, result.frames, result.attempts, result.failed,
+                     tuple(v.failed for v in result.verdicts))  # fmt: skip
 
 
 def _decode(model: Any, state: StreamState, latents: torch.Tensor) -> np.ndarray:
     """A chunk's new frames (T, H, W, 3) uint8. The previous chunk's last latent frame is decoded
-    with it (and its frames dropped) so the VAE's temporal context carries across chunks."""
+    with it (and its frames dropped) so the VAE's temporal context carries across chunks. It
+    changes no state: an attempt the gate rejects leaves no trace."""
     from videogen.models.codec import video_to_uint8
 
     previous = state.last_latent
     video = model.codec.decode(latents if previous is None else torch.cat([previous, latents], 2))
-    frames = video_to_uint8(video if previous is None else video[:, :, 1:])
-    state.last_latent = latents[:, :, -1:].clone()
-    return frames
+    return video_to_uint8(video if previous is None else video[:, :, 1:])

@@ -1,0 +1,119 @@
+"""The segment health gate on the shipped built-in weights: its false-positive rate on normal
+renders (calibration) and what it adds to render time.
+
+    PYTHONPATH=. python benchmarks/health.py calibrate [--renders 12] [--seconds 4]
+    PYTHONPATH=. python benchmarks/health.py overhead [--renders 6] [--seconds 10]
+
+`calibrate`: seeded renders of in-grammar prompts (`videogen.training.scenes.random_scene`) with
+the gate on; per check, the largest ratio any segment reached (> 1 fails) and the share of
+segments that failed a check (each failure is a retry: the false-positive rate). `overhead`:
+the same renders with the gate off and on, interleaved so that load on the machine hits both
+alike; the ratio of the total times (target <= 1.15) and whether the videos are byte-identical
+where no segment was retried. Each prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from videogen.config.spec import RenderSpec
+from videogen.models.loader import load_model
+from videogen.rendering import SegmentFinished, SegmentRetried, render
+from videogen.training.scenes import random_scene
+
+
+def prompts(n: int) -> list[str]:
+    return [random_scene(random.Random(1000 + i)).caption() for i in range(n)]
+
+
+def run(spec: RenderSpec, model, out: Path) -> tuple[float, list]:
+    start = time.perf_counter()
+    events = [
+        e for e in render(spec, out, model=model, thumbnail=False) if isinstance(e, SegmentRetried | SegmentFinished)
+    ]
+    return time.perf_counter() - start, events
+
+
+def calibrate(args, model, tmp: Path) -> dict:
+    import videogen.rendering.gate as gate
+
+    seen: list[dict] = []
+    check = gate.check_segment
+
+    def spy(*a, **k):
+        verdict = check(*a, **k)
+        seen.append(verdict.details)
+        return verdict
+
+    gate.check_segment = spy
+    failed = segments = 0
+    for i, prompt in enumerate(prompts(args.renders)):
+        before = len(seen)
+        _, events = run(RenderSpec.single(prompt, args.seconds, seed=i), model, tmp / f"c{i}.mp4")
+        retried = [e for e in events if isinstance(e, SegmentRetried)]
+        segments += sum(isinstance(e, SegmentFinished) for e in events)
+        failed += sum(e.attempt == 1 for e in retried)
+        worst = {k: round(max(float(d.get(k, 0.0)) for d in seen[before:]), 3) for k in sorted(seen[-1])}
+        print(f"seed {i}: {prompt!r}: retries {[(e.index, e.attempt, e.reasons) for e in retried]}, worst ratios {worst}",
+              file=sys.stderr)  # fmt: skip
+    worst = {k: max(float(d.get(k, 0.0)) for d in seen) for k in sorted({k for d in seen for k in d})}
+    return {"benchmark": "health.calibrate", "renders": args.renders, "seconds": args.seconds, "segments": segments,
+            "segments_failed_first_attempt": failed, "false_positive_rate": failed / max(segments, 1),
+            "worst_ratio": worst}  # fmt: skip
+
+
+def overhead(args, model, tmp: Path) -> dict:
+    import videogen.rendering.gate as gate
+
+    spent = [0.0]  # seconds inside the checks: the gate's own cost, robust to load on the machine
+    check = gate.check_segment
+
+    def timed(*a, **k):
+        start = time.perf_counter()
+        try:
+            return check(*a, **k)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    gate.check_segment = timed
+    off = on = 0.0
+    identical = retried = 0
+    for i, prompt in enumerate(prompts(args.renders)):
+        t_off, _ = run(RenderSpec.single(prompt, args.seconds, seed=i, health_checks=[]), model, tmp / "off.mp4")
+        t_on, events = run(RenderSpec.single(prompt, args.seconds, seed=i), model, tmp / "on.mp4")
+        off, on = off + t_off, on + t_on
+        if any(isinstance(e, SegmentRetried) for e in events):
+            retried += 1
+        else:
+            identical += (tmp / "off.mp4").read_bytes() == (tmp / "on.mp4").read_bytes()
+        print(f"seed {i}: off {t_off:.1f} s, on {t_on:.1f} s", file=sys.stderr)
+    return {"benchmark": "health.overhead", "renders": args.renders, "seconds": args.seconds, "gate_off_s": round(off, 2),
+            "gate_on_s": round(on, 2), "ratio": round(on / off, 4), "checks_s": round(spent[0], 3),
+            "checks_share_of_gate_off": round(spent[0] / off, 5), "renders_retried": retried,
+            "identical_without_retry": identical}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("calibrate", "overhead"))
+    ap.add_argument("--renders", type=int)
+    ap.add_argument("--seconds", type=float)
+    args = ap.parse_args()
+    args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
+    args.seconds = args.seconds or (4.0 if args.mode == "calibrate" else 10.0)
+    model = load_model("builtin")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = (calibrate if args.mode == "calibrate" else overhead)(args, model, Path(tmp))
+    if args.mode == "overhead":
+        print(f"gate on / gate off: {result['ratio']:.3f}x render time (target <= 1.15)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The health gate's options: the preset's `health:` block, the spec's `retries`/`health_checks`,
+the CLI's `--retries`/`--checks`/`--gate` and the API's fields resolve to one `HealthConfig`."""
+
+from __future__ import annotations
+
+import pytest
+
+from videogen.cli.main import build_parser
+from videogen.cli.render import spec_from_args
+from videogen.config.presets import HEALTH_CHECKS, load_presets
+from videogen.config.resolve import resolve_render, resolve_stream
+from videogen.config.spec import RenderSpec, StreamSpec
+from videogen.errors import InvalidOption, ModelLoadError
+
+
+def _cli(*argv):
+    return spec_from_args(build_parser().parse_args(["render", "a red circle", "-o", "x.mp4", *argv]))
+
+
+def test_every_preset_has_a_gate_and_the_defaults_come_from_it():
+    presets = load_presets()
+    assert presets["builtin"].health.checks == HEALTH_CHECKS and presets["builtin"].health.retries == 2
+    assert presets["wan2.1-t2v-1.3b"].health != presets["builtin"].health  # real models get their own thresholds
+    resolved = resolve_render(RenderSpec.single("a red circle", 2.0))
+    assert resolved.health == presets["builtin"].health
+    stream = resolve_stream(StreamSpec("a red circle", seconds=2.0, retries=0, health_checks=["black", "frozen"]))
+    assert (stream.health.retries, stream.health.checks) == (0, ("black", "frozen"))
+
+
+def test_cli_options_map_to_the_spec():
+    assert (_cli().retries, _cli().health_checks) == (None, None)
+    spec = _cli("--retries", "5", "--checks", "black, frozen")
+    assert (spec.retries, spec.health_checks) == (5, ["black", "frozen"])
+    assert _cli("--gate", "off").health_checks == []
+    for argv, option in ((("--retries", "11"), "retries"), (("--checks", "black,fuzzy"), "health_checks"),
+                         (("--gate", "off", "--checks", "black"), "--checks")):  # fmt: skip
+        with pytest.raises(InvalidOption) as info:
+            _cli(*argv)
+        assert info.value.option == option
+
+
+def test_a_bad_health_block_in_the_presets_file_is_named(tmp_path, monkeypatch):
+    from videogen.config import presets
+
+    (tmp_path / "models.yaml").write_text(
+        "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
+        "    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      checks: [black, blurry]\n"
+    )
+    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
+    presets._load.cache_clear()
+    with pytest.raises(ModelLoadError, match="blurry"):
+        load_presets()
+    presets._load.cache_clear()
+
+
+def test_api_fields_reach_the_spec_and_bad_ones_name_the_field():
+    pytest.importorskip("fastapi")
+    from videogen.api.catalog import invalid
+    from videogen.api.schemas import CreateParams
+    from videogen.api.videos import spec_from_params
+
+    spec = spec_from_params(CreateParams(prompt="a red circle", retries=3, health_checks=[]))
+    assert (spec.retries, spec.health_checks) == (3, [])
+    for field, value in (("retries", 11), ("health_checks", ["nope"])):
+        with pytest.raises(InvalidOption) as info:
+            spec_from_params(CreateParams(prompt="a red circle", **{field: value})).validate()
+        error = invalid(info.value)  # what the catalog's check answers: a 400 naming the field
+        assert (error.status, error.param) == (400, field)

@@ -1,0 +1,207 @@
+"""The segment health gate: its checks on real scenes and planted collapses, the deterministic
+retry noise, and renders whose planted collapse is retried (and never written)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from videogen.config.presets import HealthConfig
+from videogen.config.resolve import resolve_render
+from videogen.config.spec import RenderSpec
+from videogen.errors import InvalidOption, NonFiniteLatents
+from videogen.rendering import SegmentFinished, SegmentRetried, render
+from videogen.sampling.health import attempt_noise, check_segment, run_gate, segment_stats
+from videogen.sampling.loop import StepProgress, segment_noise
+from videogen.training.scenes import canonical_start, parse_caption, render_scene
+
+CONFIG = HealthConfig()
+PREFIX = 5
+
+
+def _scene(caption: str, start: int, frames: int = 33) -> np.ndarray:
+    import random
+
+    scene = canonical_start(parse_caption(caption), random.Random(0))
+    return render_scene(scene, frames, size=64, start=start, total=64)  # one lighting ramp across both segments
+
+
+def _judge(frames: np.ndarray, previous: np.ndarray, anchor: np.ndarray | None = None):
+    prev = segment_stats(previous[PREFIX:], CONFIG)
+    anc = segment_stats(anchor[PREFIX:], CONFIG) if anchor is not None else prev
+    return check_segment(frames, PREFIX, prev, anc, CONFIG)
+
+
+MOVING = "a red circle moving right on a gray background"
+
+
+def test_normal_segments_of_moving_and_still_scenes_pass():
+    for caption in (MOVING, "a yellow square staying still on a black background",
+                    "a cyan triangle bouncing on a white background",
+                    "a yellow triangle moving down on a white background getting darker"):  # fmt: skip
+        first, second = _scene(caption, 0), _scene(caption, 28)
+        verdict = _judge(second, first)
+        assert verdict.passed, (caption, verdict.details)
+
+
+def test_a_black_a_frozen_and_an_emptied_segment_fail_their_checks():
+    first, second = _scene(MOVING, 0), _scene(MOVING, 28)
+    black = second.copy()
+    black[PREFIX:] = 3
+    frozen = second.copy()
+    frozen[PREFIX:] = second[PREFIX]
+    emptied = second.copy()
+    emptied[PREFIX:] = np.median(second[PREFIX:, 0], axis=(0, 1)).astype(np.uint8)  # the object is gone
+    assert "black" in _judge(black, first).failed
+    assert _judge(frozen, first).failed == ("frozen",)
+    assert "content_loss" in _judge(emptied, first).failed
+    # A still scene after a still one is not frozen: motion is judged against the previous segment's.
+    still = "a yellow square staying still on a black background"
+    assert "frozen" not in _judge(_scene(still, 28), _scene(still, 0)).failed
+
+
+def test_a_colour_jump_at_the_seam_fails():
+    first, second = _scene(MOVING, 0), _scene(MOVING, 28)
+    jumped = second.copy()
+    jumped[PREFIX:] = np.clip(jumped[PREFIX:].astype(int) + [90, -60, 40], 0, 255).astype(np.uint8)
+    assert "seam_jump" in _judge(jumped, first).failed
+
+
+def test_attempt_zero_is_todays_noise_and_later_attempts_are_fixed_by_seed_segment_attempt():
+    shape = (1, 4, 3, 8, 8)
+    assert torch.equal(attempt_noise(shape, 7, 2, 0), segment_noise(shape, 7, 2))
+    one = attempt_noise(shape, 7, 2, 1)
+    assert torch.equal(one, attempt_noise(shape, 7, 2, 1))
+    assert not torch.equal(one, attempt_noise(shape, 7, 2, 2)) and not torch.equal(one, segment_noise(shape, 7, 2))
+    assert not torch.equal(one, attempt_noise(shape, 7, 3, 1)) and not torch.equal(one, attempt_noise(shape, 8, 2, 1))
+
+
+def _fake_sampler(outcomes):
+    def sample(attempt):
+        yield StepProgress(0, 1, 1)
+        if outcomes[attempt] == "nan":
+            raise NonFiniteLatents("segment 0: NaN")
+        return torch.full((1,), float(attempt))
+
+    return sample
+
+
+def _drive(gen):
+    events = []
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration as stop:
+            return stop.value, events
+
+
+def test_the_gate_retries_keeps_the_best_attempt_and_never_keeps_nan():
+    scores = {"bad": 3.0, "worse": 5.0, "ok": 0.0}
+    from videogen.sampling.health import NONFINITE, Verdict
+
+    def judge_of(outcomes):
+        def judge(frames):
+            kind = outcomes[int(frames)]
+            return Verdict() if kind == "ok" else Verdict(("black",), scores[kind])
+
+        return judge
+
+    decode = lambda latents: latents.item()
+    outcomes = ["nan", "ok", "bad"]
+    result, events = _drive(run_gate(_fake_sampler(outcomes), decode, judge_of(outcomes), CONFIG))
+    assert result.chosen == 1 and result.attempts == 2 and result.verdicts[0] is NONFINITE
+    assert [e.reasons for e in events if not isinstance(e, StepProgress)] == [("nonfinite",)]
+    outcomes = ["worse", "bad", "worse"]
+    result, _ = _drive(run_gate(_fake_sampler(outcomes), decode, judge_of(outcomes), CONFIG))
+    assert result.chosen == 1 and result.attempts == 3 and result.failed == ("black",)
+    with pytest.raises(NonFiniteLatents):
+        _drive(run_gate(_fake_sampler(["nan"] * 3), decode, judge_of(["ok"] * 3), CONFIG))
+
+
+def test_bad_gate_options_name_the_option():
+    for kw, option in ((dict(retries=11), "retries"), (dict(retries=-1), "retries"),
+                       (dict(health_checks=["black", "blurry"]), "health_checks")):  # fmt: skip
+        with pytest.raises(InvalidOption) as info:
+            RenderSpec.single("a red circle", 2.0, **kw).validate()
+        assert info.value.option == option
+    resolved = resolve_render(RenderSpec.single("a red circle", 2.0, retries=4, health_checks=["black"]))
+    assert resolved.health.retries == 4 and resolved.health.checks == ("black",)
+    assert not resolve_render(RenderSpec.single("a red circle", 2.0, health_checks=[])).health.enabled
+
+
+# -- renders with a planted collapse -------------------------------------------------------------
+
+PROMPT = "a red circle moving right on a gray background"
+
+
+def _plant(monkeypatch, model, kind: str, segment: int = 1):
+    """Collapse `segment`'s attempt 0 as it is decoded (black, frozen, emptied or NaN)."""
+    import videogen.rendering.segment as seg_module
+
+    current = {}
+    real_denoise, real_decode = seg_module._denoise, model.codec.decode
+
+    def denoise(seg, inputs, handoff, attempt):
+        current["at"] = (seg.index, attempt)
+        if kind == "nan" and (seg.index, attempt) == (segment, 0):
+            raise NonFiniteLatents(f"segment {segment}: planted NaN")
+        return real_denoise(seg, inputs, handoff, attempt)
+
+    def decode(latents):
+        video = real_decode(latents)
+        if current.get("at") == (segment, 0):
+            video = video.clone()
+            if kind == "black":
+                video[:, :, PREFIX:] = -1.0
+            elif kind == "frozen":
+                video[:, :, PREFIX:] = video[:, :, PREFIX - 1 : PREFIX]
+            elif kind == "emptied":
+                video[:, :, PREFIX:] = video[:, :, PREFIX:, :1, :1]  # the corner's colour everywhere
+        return video
+
+    monkeypatch.setattr(seg_module, "_denoise", denoise)
+    monkeypatch.setattr(model.codec, "decode", decode)
+
+
+def _render(model, path, **kw):
+    spec = RenderSpec.single(PROMPT, 3.0, seed=2, steps=4, **kw)
+    events = [e for e in render(spec, path, model=model, thumbnail=False) if not isinstance(e, StepProgress)]
+    return events, path.read_bytes()
+
+
+@pytest.mark.parametrize("kind, check", [("black", "black"), ("frozen", "frozen"), ("emptied", "content_loss"),
+                                         ("nan", "nonfinite")])  # fmt: skip
+def test_a_planted_collapse_is_retried_deterministically(builtin_model, tmp_path, monkeypatch, kind, check):
+    _plant(monkeypatch, builtin_model, kind)
+    events, video = _render(builtin_model, tmp_path / "a.mp4", health_checks=[check])
+    retried = [e for e in events if isinstance(e, SegmentRetried)]
+    assert [(e.index, e.attempt) for e in retried] == [(1, 1)] and check in retried[0].reasons
+    finished = [e for e in events if isinstance(e, SegmentFinished)]
+    assert [(e.attempts, e.failed_checks) for e in finished] == [(1, ()), (2, ())]
+    report = __import__("json").loads((tmp_path / "a.mp4.drift.json").read_text())
+    assert report["health"]["retries_used"] == 1 and report["health"]["segments"][1]["reasons"][0] == [check]
+    if kind == "black":  # same inputs, same retry, same video
+        assert _render(builtin_model, tmp_path / "b.mp4", health_checks=[check])[1] == video
+
+
+def test_a_render_that_passes_the_gate_is_the_gate_off_render_byte_for_byte(builtin_model, tmp_path, monkeypatch):
+    events, clean_on = _render(builtin_model, tmp_path / "on.mp4", health_checks=["black"])
+    assert not any(isinstance(e, SegmentRetried) for e in events)
+    assert _render(builtin_model, tmp_path / "off.mp4", health_checks=[])[1] == clean_on
+
+
+def test_a_resumed_render_keeps_the_retried_attempt(builtin_model, tmp_path, monkeypatch):
+    spec = RenderSpec.single(PROMPT, 4.0, seed=2, steps=4, health_checks=["black"])
+    _plant(monkeypatch, builtin_model, "black")
+    list(render(spec, tmp_path / "straight.mp4", model=builtin_model, thumbnail=False))
+    gen = render(spec, tmp_path / "r.mp4", model=builtin_model, workdir=tmp_path / "work", thumbnail=False)
+    for event in gen:  # stop once the retried segment is checkpointed
+        if isinstance(event, SegmentFinished) and event.index == 1:
+            gen.close()
+            break
+    monkeypatch.undo()  # nothing planted now: segment 1 must come from its checkpoint, not be sampled again
+    events = list(render(spec, tmp_path / "r.mp4", model=builtin_model, workdir=tmp_path / "work", thumbnail=False))
+    finished = [e for e in events if isinstance(e, SegmentFinished)]
+    assert finished[1].resumed and finished[1].attempts == 2 and not finished[2].resumed
+    assert (tmp_path / "r.mp4").read_bytes() == (tmp_path / "straight.mp4").read_bytes()

@@ -1,0 +1,61 @@
+"""The health gate in a stream: a chunk is judged before its K/V are committed, a planted
+collapse is re-generated (deterministically), and a stream whose chunks all pass is the
+gate-off stream, frame for frame."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from videogen.streaming import StreamSpec, stream
+
+stream_module = importlib.import_module("videogen.streaming.stream")  # the package's `stream` is the function
+
+PROMPT = "a green square moving up on a gray background"
+
+
+@pytest.fixture(scope="module")
+def causal_model():
+    import warnings
+
+    from videogen.models.loader import load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_model("builtin-causal", device="cpu", dtype="float32", attention="dense")
+
+
+def _frames(chunks):
+    return np.concatenate([c.frames for c in chunks])
+
+
+def _plant_black(monkeypatch, chunk: int):
+    """Chunk `chunk`'s first attempt decodes to black."""
+    real = stream_module._decode
+    calls: dict[int, int] = {}
+
+    def decode(model, state, latents):
+        frames = real(model, state, latents)
+        calls[state.chunk] = calls.get(state.chunk, 0) + 1
+        return np.zeros_like(frames) if state.chunk == chunk and calls[state.chunk] == 1 else frames
+
+    monkeypatch.setattr(stream_module, "_decode", decode)
+
+
+def test_a_black_chunk_is_regenerated_before_it_enters_the_cache(causal_model, monkeypatch):
+    spec = StreamSpec(PROMPT, seconds=2.0, steps=4, health_checks=["black"])
+    clean = list(stream(spec, causal_model))
+    assert all(c.attempts == 1 for c in clean)
+    off = list(stream(StreamSpec(PROMPT, seconds=2.0, steps=4, health_checks=[]), causal_model))
+    assert np.array_equal(_frames(clean), _frames(off))  # all pass: the gate changes nothing
+    _plant_black(monkeypatch, chunk=2)
+    a = list(stream(spec, causal_model))
+    assert (a[2].attempts, a[2].reasons[0], a[2].failed_checks) == (2, ("black",), ())
+    assert a[2].frames.max() > 0  # the black attempt was never emitted
+    assert np.array_equal(_frames(a[:2]), _frames(clean[:2]))
+    assert not np.array_equal(a[2].frames, clean[2].frames)  # the retry's own noise
+    monkeypatch.undo()
+    _plant_black(monkeypatch, chunk=2)
+    assert np.array_equal(_frames(list(stream(spec, causal_model))), _frames(a))  # deterministic

@@ -1,0 +1,228 @@
+"""The segment health gate: cheap, model-agnostic checks on a freshly denoised segment (or stream
+chunk) before it is written, and the deterministic noise of a re-sampling.
+
+It lives in `sampling`, below both `rendering` and `streaming` (peers that must not import each
+other), beside `segment_noise`, whose stream the retries extend. The checks read only pixel and
+latent statistics, so they serve every model; their thresholds are the preset's
+(`videogen.config.presets.HealthConfig`).
+
+A segment's new frames (those after its clean prefix) are compared with the previous segment of
+its shot and the shot's anchor (first) segment:
+
+* `nonfinite`: the latents hold NaN/Inf (the denoising loop raises `NonFiniteLatents`; the caller
+  reports it as this check);
+* `black` / `blown`: a share of its frames is nearly all dark / all white;
+* `frozen`: the frames stop changing while the previous segment moved (a "staying still" prompt
+  moves little in both, so the judgement is relative, never absolute);
+* `seam_jump`: the colour histogram jumps where the prefix hands over to new frames, far more
+  than it steps between frames inside the segment;
+* `content_loss`: the foreground (pixels far from the dominant border colour) collapses against
+  the previous segment's or the anchor's, or the colour histogram moves far from the previous
+  segment's (a shot keeps its prompt, so its colours hold).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from videogen.config.presets import HealthConfig
+from videogen.errors import NonFiniteLatents
+from videogen.sampling.loop import segment_noise
+
+_BINS = 4  # histogram bins per RGB channel: coarse, so noise and small motion barely move it
+
+
+def attempt_noise(shape: tuple[int, ...], seed: int, segment: int, attempt: int) -> torch.Tensor:
+    """The noise of `attempt` at a segment (or chunk): attempt 0 is `segment_noise` exactly, so a
+    render whose segments all pass is today's; later attempts draw from a seed derived from
+    (seed, segment, attempt) alone, so a retried render is the same every time."""
+    if attempt == 0:
+        return segment_noise(shape, seed, segment)
+    digest = hashlib.sha256(f"videogen-retry:{seed}:{segment}:{attempt}".encode()).digest()
+    g = torch.Generator(device="cpu").manual_seed(int.from_bytes(digest[:8], "little") % (2**63 - 1))
+    return torch.randn(shape, generator=g, dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What later segments of a shot are compared with (plain floats: it is checkpointed)."""
+
+    motion: float  # median mean-absolute step between consecutive new frames (0..255)
+    foreground: float  # low (20th) percentile of the per-frame foreground share
+    histogram: tuple[float, ...]  # mean colour histogram of the new frames, gain-normalised (sums to 1)
+
+    def to_dict(self) -> dict:
+        return {"motion": self.motion, "foreground": self.foreground, "histogram": list(self.histogram)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SegmentStats:
+        return cls(float(d["motion"]), float(d["foreground"]), tuple(float(x) for x in d["histogram"]))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One attempt's result: the checks it failed and by how much (`severity`: the sum of each
+    failed check's ratio past its threshold; a NaN attempt is infinitely bad)."""
+
+    failed: tuple[str, ...] = ()
+    severity: float = 0.0
+    stats: SegmentStats | None = None
+    details: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    @property
+    def score(self) -> tuple[int, float]:
+        """Lower is better: fewest failed checks, then least severe (the best attempt is kept)."""
+        return len(self.failed), self.severity
+
+
+NONFINITE = Verdict(("nonfinite",), float("inf"))
+
+
+def histograms(frames: np.ndarray) -> np.ndarray:
+    """(T, H, W, 3) uint8 -> (T, BINS**3) per-frame colour histograms, each summing to 1."""
+    q = (frames.astype(np.int32) * _BINS) >> 8
+    codes = ((q[..., 0] * _BINS + q[..., 1]) * _BINS + q[..., 2]).reshape(len(frames), -1)
+    counts = np.stack([np.bincount(c, minlength=_BINS**3) for c in codes]).astype(np.float64)
+    return counts / codes.shape[1]
+
+
+def _tv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return 0.5 * np.abs(a - b).sum(-1)
+
+
+def foreground_share(frames: np.ndarray, distance: float) -> np.ndarray:
+    """(T,) share of each frame's pixels farther than `distance` (max channel) from the dominant
+    border colour, the background estimate (the border's median colour)."""
+    f = frames.astype(np.int16)
+    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
+    background = np.median(border, axis=1)[:, None, None, :]
+    return (np.abs(f - background).max(-1) > distance).mean((1, 2))
+
+
+def segment_stats(frames: np.ndarray, config: HealthConfig) -> SegmentStats:
+    """`frames`: a segment's new frames (T, H, W, 3) uint8."""
+    steps = np.abs(np.diff(frames.astype(np.int16), axis=0)).mean((1, 2, 3)) if len(frames) > 1 else np.zeros(1)
+    fg = foreground_share(frames, config.foreground_distance)
+    # A global lighting change ("getting darker") is a gain on every pixel, not lost content: the
+    # histogram is taken of each frame scaled to a common mean brightness.
+    gain = 128.0 / np.maximum(frames.reshape(len(frames), -1).mean(1), 1.0)
+    levelled = np.clip(frames * gain[:, None, None, None], 0, 255).astype(np.uint8)
+    return SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
+                        tuple(histograms(levelled).mean(0).tolist()))  # fmt: skip
+
+
+def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats | None,
+                  anchor: SegmentStats | None, config: HealthConfig) -> Verdict:  # fmt: skip
+    """Judge a decoded segment `frames` (T, H, W, 3) uint8 whose first `prefix_frames` show its
+    clean prefix (0: a fresh start), against its shot's `previous` and `anchor` segments (None:
+    none yet). NaN latents never get here (`NONFINITE`)."""
+    new = frames[prefix_frames:] if len(frames) > prefix_frames else frames
+    stats = segment_stats(new, config)
+    ratios: dict[str, float] = {}  # check -> how far past its threshold (> 1: failed)
+    if "black" in config.checks or "blown" in config.checks:
+        dark = (new.max(-1) < config.dark_level).mean((1, 2)) >= config.empty_fraction
+        bright = (new.min(-1) > config.bright_level).mean((1, 2)) >= config.empty_fraction
+        ratios["black"] = dark.mean() / config.bad_frames
+        ratios["blown"] = bright.mean() / config.bad_frames
+    if previous is not None and previous.motion >= config.frozen_floor:
+        ratios["frozen"] = config.frozen_ratio * previous.motion / max(stats.motion, 1e-6)
+    if prefix_frames > 0 and len(frames) > prefix_frames + 1:
+        ratios["seam_jump"] = _seam_ratio(frames, prefix_frames, config)
+    ratios["content_loss"] = _content_ratio(stats, previous, anchor, config)
+    failed = tuple(c for c in config.checks if ratios.get(c, 0.0) > 1.0)
+    return Verdict(failed, float(sum(ratios[c] - 1.0 for c in failed)), stats, ratios)
+
+
+def _seam_ratio(frames: np.ndarray, prefix_frames: int, config: HealthConfig) -> float:
+    """The histogram step from the last prefix frame to the first new one, over the larger of
+    `seam_floor` and `seam_ratio` times the p95 step between new frames."""
+    h = histograms(frames[prefix_frames - 1 :])
+    steps = _tv(h[1:], h[:-1])
+    inside = float(np.percentile(steps[1:], 95)) if len(steps) > 1 else 0.0
+    return float(steps[0]) / max(config.seam_floor, config.seam_ratio * inside)
+
+
+def _content_ratio(stats: SegmentStats, previous: SegmentStats | None, anchor: SegmentStats | None,
+                   config: HealthConfig) -> float:  # fmt: skip
+    ratio = 0.0
+    for ref in (previous, anchor):
+        if ref is not None and ref.foreground >= config.foreground_floor:
+            ratio = max(ratio, config.foreground_ratio * ref.foreground / max(stats.foreground, 1e-6))
+    if previous is not None:
+        moved = _tv(np.asarray(stats.histogram), np.asarray(previous.histogram))
+        ratio = max(ratio, float(moved) / config.histogram_distance)
+    return ratio
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Yielded by `run_gate` before each re-sampling."""
+
+    attempt: int  # the attempt about to run (1 = the first retry)
+    reasons: tuple[str, ...]  # the checks the previous attempt failed
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The attempt a segment keeps: the first that passed, else the best (`Verdict.score`)."""
+
+    latents: torch.Tensor
+    frames: np.ndarray  # the decoded frames it was judged on
+    chosen: int  # its attempt number
+    verdicts: tuple[Verdict, ...]  # every attempt's, in order
+
+    @property
+    def attempts(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return self.verdicts[self.chosen].failed
+
+    def record(self, index: int) -> dict:
+        """The segment's line in the drift report and the job's retry list."""
+        return {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
+                "reasons": [list(v.failed) for v in self.verdicts]}  # fmt: skip
+
+
+def run_gate(sample: Callable[[int], Generator[Any, None, torch.Tensor]], decode: Callable[[torch.Tensor], np.ndarray],
+             judge: Callable[[np.ndarray], Verdict], config: HealthConfig) -> Generator[Any, None, GateResult]:  # fmt: skip
+    """Sample (`sample(attempt)`: a denoising generator), decode and judge up to `1 + retries`
+    attempts, stopping at the first that passes. Yields what the sampler yields, and a `Retry`
+    before each re-sampling. NaN latents fail `nonfinite` (when that check is on; otherwise
+    `NonFiniteLatents` propagates, as without the gate); if every attempt is NaN the last error
+    is raised: NaN frames are never kept."""
+    verdicts: list[Verdict] = []
+    best: tuple[torch.Tensor, np.ndarray, int] | None = None
+    error: NonFiniteLatents | None = None
+    for attempt in range(1 + config.retries):
+        if verdicts:
+            yield Retry(attempt, verdicts[-1].failed)
+        try:
+            latents = yield from sample(attempt)
+        except NonFiniteLatents as exc:
+            if "nonfinite" not in config.checks:
+                raise
+            error = exc
+            verdicts.append(NONFINITE)
+            continue
+        frames = decode(latents)
+        verdicts.append(judge(frames))
+        if best is None or verdicts[-1].score < verdicts[best[2]].score:
+            best = (latents, frames, attempt)
+        if verdicts[-1].passed:
+            break
+    if best is None:
+        assert error is not None
+        raise error
+    return GateResult(best[0], best[1], best[2], tuple(verdicts))
