@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.config.presets import HealthConfig
+from videogen.config.presets import HEALTH_CHECKS, HealthConfig
 from videogen.config.resolve import resolve_render
 from videogen.config.spec import RenderSpec
 from videogen.errors import InvalidOption, NonFiniteLatents
@@ -16,7 +16,7 @@ from videogen.sampling.health import attempt_noise, check_segment, run_gate, seg
 from videogen.sampling.loop import StepProgress, segment_noise
 from videogen.training.scenes import canonical_start, parse_caption, render_scene
 
-CONFIG = HealthConfig()
+CONFIG = HealthConfig(checks=HEALTH_CHECKS)  # every check, the built-in model's thresholds
 PREFIX = 5
 
 

@@ -27,7 +27,10 @@ class HealthConfig:
     motion and steps are mean absolute differences of consecutive frames; histograms are coarse
     RGB histograms compared by total variation (0..1)."""
 
-    checks: tuple[str, ...] = HEALTH_CHECKS
+    # Only the threshold-free check unless a preset lists more: the thresholds below are the
+    # built-in model's, and a model without its own calibration (a local folder, a preset with
+    # no `health:` block) would retry good segments on them. `--checks` turns the rest on.
+    checks: tuple[str, ...] = ("nonfinite",)
     retries: int = 2
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
