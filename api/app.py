@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -22,8 +21,10 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from .catalog import ModelCatalog
-from .dispatch import CeleryQueue, StoreQueue
+from .dispatch import CeleryQueue, QueueUnavailable, StoreQueue
 from .errors import error_body, install_error_handlers
+from .limits import BodySizeLimit, max_body_bytes
+from .openapi import install_openapi
 from .settings import ServiceSettings
 from .storage import OutputStorage
 from .store import JobStore
@@ -36,7 +37,8 @@ log = logging.getLogger("videogen.api")
 
 class Reaper:
     """Every `interval` s: requeue jobs with an expired lease (crashed worker), purge expired outputs,
-    remove the spools of streams that ended `stream_spool_keep_seconds` ago."""
+    remove the spools of streams that ended `stream_spool_keep_seconds` ago, and (fleet) send the
+    wake-ups the broker lost (`redispatch`)."""
 
     def __init__(self, service: Service, interval: float) -> None:
         self.service, self.interval = service, interval
@@ -53,7 +55,10 @@ class Reaper:
         svc = self.service
         for job in svc.store.requeue_expired():
             if job.status == "queued":
-                svc.queue.submit(job.id)
+                try:
+                    svc.queue.submit(job.id)
+                except QueueUnavailable:  # `redispatch` sends it when the broker is back
+                    pass
         for job in svc.store.expired():
             svc.storage.remove(job.id)
             svc.store.purge(job.id)
@@ -65,6 +70,34 @@ class Reaper:
             job = svc.store.get_any(job_id)
             if job is None or (job.status in TERMINAL and (job.completed_at or 0) < keep_until):
                 svc.storage.remove_stream(job_id)
+        self.redispatch()
+
+    dispatch_grace_seconds = 2.0  # a create's own wake-up may still be on its way this long
+
+    def redispatch(self) -> int:
+        """Fleet: the store is the source of truth. Queued jobs a worker could claim now, minus the
+        wake-ups waiting in Redis, are wake-ups lost (Redis restarted without persistence, a create
+        while it was down, a wake-up taken while the tenant was at its running limit): send that
+        many again. Never more: a wake-up is not tied to its job id (the worker claims the
+        fair-share next job), and the store's lease decides who renders. Returns the number sent."""
+        svc = self.service
+        backlog = getattr(svc.queue, "backlog", None)
+        if backlog is None:  # embedded: the worker polls the store itself
+            return 0
+        try:
+            waiting = svc.store.next_queued(limit=10_000, created_before=time.time() - self.dispatch_grace_seconds)
+            missing = len(waiting) - backlog() if waiting else 0
+            for job_id in waiting[: max(0, missing)]:
+                svc.queue.submit(job_id)
+        except QueueUnavailable as exc:
+            log.warning("re-dispatch deferred: the broker does not answer (%s)", str(exc)[:200])
+            return 0
+        except Exception as exc:  # Redis down while asking for the backlog: the next pass tries again
+            log.warning("re-dispatch deferred: %s: %s", type(exc).__name__, str(exc)[:200])
+            return 0
+        if missing > 0:
+            log.warning("re-dispatched %d queued job(s) the broker had no wake-up for", missing)
+        return max(0, missing)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -77,10 +110,12 @@ class Reaper:
 def build_service(settings: ServiceSettings) -> Service:
     data = settings.data_path
     data.mkdir(parents=True, exist_ok=True)
-    store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
+    store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds,
+                     tenant_max_running=settings.tenant_max_running,
+                     tenant_weights=settings.tenant_weight_table)  # fmt: skip
     queue = (CeleryQueue(settings.redis_url, settings.queue, settings.visibility_timeout)
              if settings.fleet else StoreQueue())  # fmt: skip
-    return Service(settings, store, OutputStorage(data), ModelCatalog(settings), queue)
+    return Service(settings, store, OutputStorage(data, settings.min_free_bytes), ModelCatalog(settings), queue)
 
 
 def create_app(settings: ServiceSettings | None = None, *, service: Service | None = None,
@@ -113,6 +148,8 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
     app.state.workers = workers
     app.state.reaper = reaper
     install_error_handlers(app)
+    install_openapi(app, settings.max_prompt_chars)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes(settings))
     app.include_router(router)
     app.include_router(streams_router)
 
@@ -123,15 +160,17 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
 
     @app.get("/readyz", tags=["health"])
     def readyz():
-        """Readiness: the store answers, the data directory is writable, the queue (Redis) answers,
-        and in embedded mode the in-process worker is alive."""
+        """Readiness: the store answers, a file can be written in the data directory and its disk
+        has `min_free_bytes` free, the queue (Redis) answers, and in embedded mode the worker
+        process runs and has said it is ready (not while it is dead or restarting)."""
         checks: dict[str, str] = {}
         try:
             service.store.ping()
             checks["database"] = "ok"
         except Exception as exc:  # any driver error means not ready
             checks["database"] = f"error: {type(exc).__name__}"
-        checks["data_dir"] = "ok" if os.access(settings.data_path, os.W_OK) else "error: not writable"
+        problem = service.storage.problem()
+        checks["data_dir"] = "ok" if problem is None else f"error: {problem}"
         try:
             service.queue.ping()
             checks["queue"] = "ok"

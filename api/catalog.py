@@ -4,7 +4,8 @@ A request names a model by public name only: a preset from `configs/models.yaml`
 operator listed in `VIDEOGEN_MODELS`. A request can never name a path. A request is checked by
 the same resolution step the worker runs (`videogen.config.resolve`, torch-free), against the
 model's preset and its geometry read from config files, so bad input is a 400 at create time and
-not a failed job later; the server's own length cap is checked here.
+not a failed job later; the server's own length cap and the model's admission limits (sizes,
+frames, work per job: `api.admission`) are checked here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from videogen.config.resolve import ResolvedRender, ResolvedStream, resolve_rend
 from videogen.config.spec import RenderSpec, StreamSpec
 from videogen.errors import InvalidOption, ModelLoadError
 
+from .admission import Asked, JobShape, admit, effective_limits
 from .errors import APIError
 from .settings import ServiceSettings
 
@@ -90,12 +92,18 @@ class ModelCatalog:
                            code="model_not_available")  # fmt: skip
         return ModelEntry(name, name, preset)
 
-    def check(self, spec: RenderSpec, entry: ModelEntry) -> CheckedSpec:
-        """Resolve `spec` for `entry` as `videogen.render()` will, minus the model load."""
+    def check(self, spec: RenderSpec, entry: ModelEntry, *, extends: bool = False) -> CheckedSpec:
+        """Resolve `spec` for `entry` as `videogen.render()` will, minus the model load, and admit
+        it (`api.admission`). `extends`: an extension, whose only field of its own is `seconds`."""
         geometry = _geometry(entry)
         try:
             resolved = resolve_render(spec, entry.preset, geometry)
             self._check_length(spec.seconds, "renders")
+            s = resolved.settings
+            asked = Asked(size=spec.size is not None, fps=spec.fps is not None, steps=spec.steps is not None,
+                          seconds_param="seconds" if len(spec.shots) == 1 else "shots")  # fmt: skip
+            self._admit(JobShape(s.width, s.height, s.fps, resolved.plan.total_frames, s.steps),
+                        Asked(False, False, False) if extends else asked, entry)  # fmt: skip
         except InvalidOption as exc:
             raise invalid(exc, entry) from None
         return CheckedSpec(spec, resolved)
@@ -108,10 +116,18 @@ class ModelCatalog:
         try:
             resolved = resolve_stream(spec, entry.preset, geometry)
             self._check_length(spec.seconds, "streams")
+            if resolved.frames is not None:  # a stored stream has a length (the API requires one)
+                shape = JobShape(resolved.width, resolved.height, resolved.fps, resolved.frames, resolved.steps)
+                self._admit(shape, Asked(size=spec.size is not None, fps=spec.fps is not None,
+                                         steps=spec.steps is not None), entry)  # fmt: skip
         except InvalidOption as exc:
             raise invalid(exc, entry) from None
         spec.size, spec.fps = (resolved.width, resolved.height), resolved.fps
         return CheckedStream(spec, resolved)
+
+    def _admit(self, job: JobShape, asked: Asked, entry: ModelEntry) -> None:
+        limits = effective_limits(entry.preset, self.settings.max_frame_pixels, self.settings.max_job_work)
+        admit(job, asked, entry.preset, limits, entry.name)
 
     def _check_length(self, seconds: float | None, verb: str) -> None:
         if seconds is not None and seconds > self.settings.max_seconds:

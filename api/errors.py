@@ -7,10 +7,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "invalid_request_error",
-          404: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
-          422: "invalid_request_error", 503: "server_error"}  # fmt: skip
+          404: "invalid_request_error", 405: "invalid_request_error", 409: "invalid_request_error",
+          413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
+          503: "server_error"}  # fmt: skip
 
 
 class APIError(Exception):
@@ -43,8 +45,31 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"Invalid value for '{param}': {first.get('msg')}" if param else str(first.get("msg"))
         return JSONResponse(error_body(message, "invalid_request_error", param, "invalid_value"), 400)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:  # logged with its traceback by the server
+        return JSONResponse(error_body("The server had an error while processing your request.", "server_error",
+                                       None, "internal_error"), 500)  # fmt: skip
+
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code)
-        return JSONResponse(error_body(str(exc.detail), _TYPES.get(exc.status_code, "server_error"), None, code),
-                            exc.status_code)  # fmt: skip
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own errors: unknown route, wrong method (its `Allow` header is kept), a
+        # malformed multipart body.
+        code = {400: "invalid_value", 404: "not_found", 405: "method_not_allowed",
+                413: "payload_too_large"}.get(exc.status_code)  # fmt: skip
+        headers, message = dict(exc.headers or {}), str(exc.detail)
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(request)
+            message = f"{request.method} is not allowed on {request.url.path}; allowed: {headers['Allow']}."
+        return JSONResponse(error_body(message, _TYPES.get(exc.status_code, "server_error"), None, code),
+                            exc.status_code, headers=headers or None)  # fmt: skip
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route takes at this path: FastAPI registers one route per method, so
+    Starlette's own `Allow` names only the first route it found."""
+    allowed = []
+    for method in ("DELETE", "GET", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)

@@ -34,7 +34,7 @@ class CreateParams(BaseModel):
     size: str | None = None
     # ours
     fps: float | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # the library's range (`videogen.config.spec`)
     steps: int | None = None
     guidance_scale: float | None = None
     negative_prompt: str = ""

@@ -9,6 +9,8 @@ already knows: `DATABASE_URL` and `REDIS_URL`.
     VIDEOGEN_API_KEYS        "key1:tenantA,key2:tenantB" (kept only as SHA-256 hashes after load)
     VIDEOGEN_MODELS          "name=/abs/folder,..." extra models the operator serves, besides presets
     VIDEOGEN_DEFAULT_MODEL   model used when a request names none ("" = the preset default)
+    VIDEOGEN_TENANT_MAX_RUNNING, _MAX_QUEUED, _RATE, _BURST   per-tenant fair-share limits (0 = none)
+    VIDEOGEN_TENANT_WEIGHTS  "tenantA:2,..." turns per round in fair-share dispatch (default 1)
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VIDEOGEN_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Path("~/.local/share/videogen")
+    # Below this much free space on the data dir's disk the server is not ready and refuses creates
+    # (503 storage_error) instead of failing renders half-way (`OutputStorage.problem`).
+    min_free_bytes: int = 1 << 30
     database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "VIDEOGEN_DATABASE_URL"))
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "VIDEOGEN_REDIS_URL"))
     api_keys: str = Field("", repr=False)  # "key:tenant,..."; see `tenant_by_key_hash`
@@ -50,9 +55,22 @@ class ServiceSettings(BaseSettings):
     dtype: str = "auto"
     queue: str = "videogen"  # Celery queue name
     max_upload_bytes: int = 10 * 1024 * 1024
+    # Per text field (prompt, negative_prompt, shots[].prompt, a stream's prompt switch): Wan's
+    # text encoder reads 512 tokens (about 2,000 English characters) and drops the rest.
+    max_prompt_chars: int = 4000
+    log_format: Literal["text", "json"] = "text"  # `--log-format`; json: one object per line (`api.logs`)
     max_seconds: float = 600.0  # per job; the library's own cap is an hour
+    # Admission control (`api.admission`): a model whose preset sets no such limit (`limits:` in
+    # configs/models.yaml; a VIDEOGEN_MODELS folder has none) admits frames up to this many pixels
+    # (720p) and jobs up to this much work (width x height x frames x steps: 27 s of 720p at 16 fps
+    # and 50 steps).
+    max_frame_pixels: int = 1280 * 720
+    max_job_work: int = 20_000_000_000
     output_ttl_seconds: int = 7 * 24 * 3600  # expires_at = finished_at + this
     lease_seconds: float = 60.0  # a worker renews its lease every lease_seconds/4
+    # ... and asks the store this often whether its job was cancelled (or deleted); the render
+    # reads the answer between transformer blocks, so a cancel stops it within this plus one block.
+    cancel_poll_seconds: float = 0.5
     reaper_interval_seconds: float = 10.0  # requeue jobs whose lease expired; purge expired outputs
     worker_poll_seconds: float = 1.0  # embedded worker: idle poll (a create wakes it at once)
     # Embedded mode: "process" renders in a child process (the API process never imports torch and
@@ -70,6 +88,16 @@ class ServiceSettings(BaseSettings):
     # reaper removes it.
     stream_spool_bytes: int = 64 * 1024 * 1024
     stream_spool_keep_seconds: float = 60.0
+    # Fair share between tenants (`api.quotas`, `JobStore.next_queued`); 0 = no limit. Workers
+    # always take tenants in turn; these cap one tenant's share. Running: its jobs beyond the cap
+    # wait in the queue (dispatch skips the tenant). Queued and rate: a create over them is a 429
+    # with Retry-After. The rate is a token bucket per API process (`tenant_burst` creates at once,
+    # refilled at `tenant_rate` per minute): with N API processes a tenant gets up to N times it.
+    tenant_max_running: int = 0
+    tenant_max_queued: int = 0
+    tenant_rate: float = 0.0  # creates per minute
+    tenant_burst: int = 0  # bucket size; 0 = max(1, tenant_rate / 6), i.e. 10 s of the rate
+    tenant_weights: str = ""  # "tenantA:2,tenantB:0.5": turns per round in dispatch (default 1)
 
     @cached_property
     def tenant_by_key_hash(self) -> dict[str, str]:
@@ -80,6 +108,21 @@ class ServiceSettings(BaseSettings):
             if not sep or not key or not tenant:
                 raise ValueError("VIDEOGEN_API_KEYS: expected 'key:tenant,key2:tenant2'")
             table[hash_key(key)] = tenant
+        return table
+
+    @cached_property
+    def tenant_weight_table(self) -> dict[str, float]:
+        """`tenant_weights` parsed: tenant -> weight (> 0)."""
+        table = {}
+        for item in filter(None, (s.strip() for s in self.tenant_weights.split(","))):
+            tenant, sep, weight = item.rpartition(":")
+            try:
+                value = float(weight)
+            except ValueError:
+                value = 0.0
+            if not sep or not tenant or not value > 0 or value == float("inf"):
+                raise ValueError(f"VIDEOGEN_TENANT_WEIGHTS: expected 'tenant:weight,...' (weight > 0): {item!r}")
+            table[tenant] = value
         return table
 
     @cached_property

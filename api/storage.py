@@ -11,19 +11,48 @@ user input: every public method checks the id is one of ours (`video_` + 32 hex 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 from .tables import is_job_id
 
 
 class OutputStorage:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, min_free_bytes: int = 0) -> None:
         self.root = Path(data_dir)
+        self.min_free_bytes = min_free_bytes
+        self._last_check: tuple[float, str | None] = (float("-inf"), None)
         (self.root / "outputs").mkdir(parents=True, exist_ok=True)
         (self.root / "work").mkdir(parents=True, exist_ok=True)
         (self.root / "streams").mkdir(parents=True, exist_ok=True)
+
+    def problem(self) -> str | None:
+        """Why new files cannot be written under the data dir right now, or None. It writes and
+        removes a probe file (`os.access` answers yes to root on a read-only mount) and checks the
+        disk's free space against `min_free_bytes`. The reason names no server path."""
+        probe = self.root / f".write-probe-{os.getpid()}-{threading.get_ident()}"
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"probe")
+            probe.unlink()
+            free = shutil.disk_usage(self.root).free
+        except OSError as exc:
+            return f"not writable ({errno.errorcode.get(exc.errno or 0, 'error')})"
+        if free < self.min_free_bytes:
+            return f"disk nearly full: {free >> 20} MiB free, below the floor of {self.min_free_bytes >> 20} MiB"
+        return None
+
+    def recent_problem(self, max_age: float = 1.0) -> str | None:
+        """`problem()`, at most `max_age` s old: cheap enough for every create."""
+        checked_at, problem = self._last_check
+        if time.monotonic() - checked_at > max_age:
+            problem = self.problem()
+            self._last_check = (time.monotonic(), problem)
+        return problem
 
     def _checked(self, job_id: str) -> str:
         if not is_job_id(job_id):

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, create_engine, delete, event, func, select, text, update
+from sqlalchemy import CursorResult, case, create_engine, delete, event, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .tables import CANCELLED, COMPLETED, IN_PROGRESS, QUEUED, TERMINAL, Base, Job, JobControl, JobEvent
@@ -48,12 +48,37 @@ class Page:
     has_more: bool
 
 
+class TenantQueueFull(Exception):
+    """A create over the tenant's queued-jobs limit (`VIDEOGEN_TENANT_MAX_QUEUED`)."""
+
+    def __init__(self, tenant: str, queued: int, limit: int) -> None:
+        super().__init__(f"tenant {tenant} has {queued} queued jobs (limit {limit})")
+        self.tenant, self.queued, self.limit = tenant, queued, limit
+
+
+def resolve_driver(url: str) -> str:
+    """`postgresql://` (the documented form) -> psycopg 3, the `[postgres]` extra's driver, whatever
+    SQLAlchemy's default for the bare name is (psycopg2 before 2.1). Explicit drivers are kept."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + url[len("postgresql://") :]
+    if url.startswith("postgres://"):  # Heroku-style alias SQLAlchemy does not know
+        return resolve_driver("postgresql://" + url[len("postgres://") :])
+    return url
+
+
 class JobStore:
     """Every read and state change of jobs, their events and stream controls: the tables' only writer."""
 
-    def __init__(self, url: str, *, output_ttl_seconds: float = 7 * 24 * 3600) -> None:
+    def __init__(self, url: str, *, output_ttl_seconds: float = 7 * 24 * 3600, tenant_max_running: int = 0,
+                 tenant_weights: dict[str, float] | None = None) -> None:  # fmt: skip
+        url = resolve_driver(url)
         self.url = url
         self.output_ttl = output_ttl_seconds
+        # Fair share (see `next_queued`): running jobs per tenant (0: no limit), turns per round.
+        self.tenant_max_running = tenant_max_running
+        self.tenant_weights = {t: float(w) for t, w in (tenant_weights or {}).items()}
         kw: dict[str, Any] = {"future": True}
         if url.startswith("sqlite"):
             # Threads of one process (API threadpool, embedded worker) and other processes (Celery
@@ -72,6 +97,8 @@ class JobStore:
         self._write_session = sessionmaker(self.engine.execution_options(sqlite_begin="BEGIN IMMEDIATE"),
                                            expire_on_commit=False)  # fmt: skip
         Base.metadata.create_all(self.engine)
+        for index in Job.__table__.indexes:  # indexes added since a store file was created
+            index.create(self.engine, checkfirst=True)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -88,10 +115,17 @@ class JobStore:
             c.execute(text("SELECT 1"))
 
     # -- API side ----------------------------------------------------------------------------
-    def create(self, job: Job) -> Job:
+    def create(self, job: Job, *, max_queued: int = 0) -> Job:
+        """Insert a queued job. `max_queued` > 0: refuse (`TenantQueueFull`) when the tenant already
+        has that many queued jobs; counted in the insert's write transaction, so exact on SQLite
+        (one writer at a time) and at most a few over under concurrent creates on PostgreSQL."""
         job.created_at = job.created_at or time.time()
         job.status = QUEUED
         with self.write() as s:
+            if max_queued > 0:
+                queued = s.scalar(select(func.count()).where(Job.tenant == job.tenant, Job.status == QUEUED)) or 0
+                if queued >= max_queued:
+                    raise TenantQueueFull(job.tenant, queued, max_queued)
             s.add(job)
             s.flush()
             self._event(s, job.id, "status", {"status": QUEUED})
@@ -173,11 +207,40 @@ class JobStore:
             return list(s.scalars(q.order_by(JobEvent.id).limit(limit)))
 
     # -- worker side -------------------------------------------------------------------------
-    def next_queued(self, limit: int = 20) -> builtins.list[str]:
-        """Oldest queued jobs first (candidates for `claim`)."""
+    def next_queued(self, limit: int = 20, *, created_before: float | None = None) -> builtins.list[str]:
+        """Queued jobs nobody holds, in fair-share order (candidates for `claim`): tenants take
+        turns. A job's turn is its place in its tenant's queue plus the tenant's running jobs,
+        divided by the tenant's weight (`tenant_weights`, default 1: a weight-2 tenant gets two
+        turns per round); equal turns go to the tenant whose last job started longest ago
+        (round-robin when one worker serves them one at a time), then to the oldest job. So a
+        tenant with 20 queued jobs and one with 1 alternate instead of the second waiting for all
+        20. Tenants at `tenant_max_running` are skipped until one of their jobs ends.
+        `created_before`: only jobs created before then (the reaper's re-dispatch leaves creates
+        whose wake-up may still be on its way)."""
+        now = time.time()
+        unheld = Job.lease_owner.is_(None) | (Job.lease_expires < now)
         with self.session() as s:
-            q = select(Job.id).where(Job.status == QUEUED).order_by(Job.created_at, Job.id).limit(limit)
-            return list(s.scalars(q))
+            running = (select(Job.tenant, func.count().label("n")).where(Job.status.in_((QUEUED, IN_PROGRESS)), ~unheld)
+                       .group_by(Job.tenant).subquery())  # fmt: skip
+            place = func.row_number().over(partition_by=Job.tenant, order_by=(Job.created_at, Job.id))
+            waiting = select(Job.id, Job.created_at, Job.tenant, place.label("place"))
+            waiting = waiting.where(Job.status == QUEUED, unheld)
+            if created_before is not None:
+                waiting = waiting.where(Job.created_at < created_before)
+            w = waiting.subquery()
+            # When the turns tie (one worker between jobs: nobody runs), the tenant served longest ago goes first.
+            served = (select(Job.tenant, func.max(Job.started_at).label("at"))
+                      .where(Job.tenant.in_(select(w.c.tenant))).group_by(Job.tenant).subquery())  # fmt: skip
+            busy = func.coalesce(running.c.n, 0)
+            q = (select(w.c.id).outerjoin(running, running.c.tenant == w.c.tenant)
+                 .outerjoin(served, served.c.tenant == w.c.tenant))  # fmt: skip
+            if self.tenant_max_running > 0:
+                q = q.where(busy < self.tenant_max_running)
+            turn = w.c.place + busy
+            if self.tenant_weights:
+                turn = turn / case(self.tenant_weights, value=w.c.tenant, else_=1.0)
+            order = (turn, func.coalesce(served.c.at, 0.0), w.c.created_at, w.c.id)
+            return list(s.scalars(q.order_by(*order).limit(limit)))
 
     def claim(self, job_id: str, worker: str, lease_seconds: float) -> Job | None:
         """Take the job for `worker` if nobody holds a live lease on it. Atomic (one UPDATE)."""

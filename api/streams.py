@@ -27,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from .auth import CurrentTenant, StreamTenant, tenant_for
 from .errors import APIError, error_body, not_found
+from .limits import check_text, check_values, parse_json
 from .schemas import PromptParams
 from .spool import CHUNK, FRAME, SpoolReader, SpoolRecord
 from .tables import CANCELLED, COMPLETED, FAILED, TERMINAL, Job, is_job_id
@@ -56,7 +57,10 @@ def _check_streamable(svc: Service, job: Job, start: int | None) -> None:
 def request_prompt_switch(svc: Service, tenant: str, video_id: str, prompt: Any) -> Job:
     """Queue a prompt switch (HTTP and WebSocket); APIError naming what is wrong."""
     if not isinstance(prompt, str) or not prompt.strip():
-        raise APIError(400, f"Invalid 'prompt' ({prompt!r}): must not be empty.", param="prompt", code="invalid_value")
+        raise APIError(
+            400, f"Invalid 'prompt' ({prompt!r:.64}): must not be empty.", param="prompt", code="invalid_value"
+        )
+    check_text("prompt", prompt, svc.settings.max_prompt_chars)  # the WebSocket's switch (HTTP's: read_params)
     job = svc.store.request_prompt(tenant, video_id, prompt) if is_job_id(video_id) else None
     if job is None:
         raise not_found(video_id)
@@ -215,12 +219,13 @@ async def _control(svc: Service, tenant: str, job_id: str, text: str | None) -> 
     """One client message -> the reply."""
     try:
         try:
-            message = json.loads(text) if text is not None else None
-        except json.JSONDecodeError:
+            message = parse_json(text) if text is not None else None  # hostile JSON: the same bounds as HTTP
+        except APIError:
             message = None
         if not isinstance(message, dict):
             raise APIError(400, 'Messages must be JSON text: {"type": "prompt", "prompt": "..."} or {"type": "cancel"}.',
                            param="type", code="invalid_json")  # fmt: skip
+        check_values(message, max_text=svc.settings.max_prompt_chars)
         kind = message.get("type")
         if kind == "prompt":
             await run_in_threadpool(request_prompt_switch, svc, tenant, job_id, message.get("prompt"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 QUEUED, IN_PROGRESS, COMPLETED, FAILED, CANCELLED = "queued", "in_progress", "completed", "failed", "cancelled"
@@ -32,6 +32,8 @@ class Job(Base):
     """One video job. Times are Unix seconds (float): the same on SQLite and PostgreSQL."""
 
     __tablename__ = "videogen_jobs"
+    # Fair-share dispatch asks when each waiting tenant's last job started (`JobStore.next_queued`).
+    __table_args__ = (Index("ix_videogen_jobs_tenant_started", "tenant", "started_at"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(200), index=True)

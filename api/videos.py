@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -21,12 +22,16 @@ from videogen.errors import InvalidOption
 
 from .auth import CurrentTenant
 from .catalog import ModelCatalog, invalid
+from .dispatch import QueueUnavailable
 from .errors import APIError, not_found
+from .limits import check_values, parse_json
+from .quotas import CreateRateLimiter, RateLimited, limit_response
 from .schemas import CreateParams, ExtendParams, video_object
 from .storage import OutputStorage
-from .store import JobStore
+from .store import JobStore, TenantQueueFull
 from .tables import COMPLETED, TERMINAL, Job, is_job_id, new_job_id
 
+log = logging.getLogger("videogen.api")
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
 
 # Magic numbers of the image formats `input_reference` may be.
@@ -38,6 +43,7 @@ class Service:
 
     def __init__(self, settings, store: JobStore, storage: OutputStorage, catalog: ModelCatalog, queue) -> None:
         self.settings, self.store, self.storage, self.catalog, self.queue = settings, store, storage, catalog, queue
+        self.rate_limiter = CreateRateLimiter(settings.tenant_rate, settings.tenant_burst)  # per tenant
 
 
 def get_service(request: Request) -> Service:
@@ -49,13 +55,10 @@ Svc = Annotated[Service, Depends(get_service)]
 
 # -- request parsing ----------------------------------------------------------------------------
 async def read_params(request: Request, svc: Service) -> tuple[dict[str, Any], UploadFile | None]:
-    """JSON or multipart body -> (fields, upload). Oversized bodies answer 413."""
-    limit = svc.settings.max_upload_bytes
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit + 65536:
-        raise APIError(413, f"Request body is larger than {limit} bytes.", param="input_reference",
-                       code="payload_too_large")  # fmt: skip
+    """JSON or multipart body -> (fields, upload). The body's size is bounded by `BodySizeLimit`
+    (413); its values by `check_values` (400 naming the field)."""
     ctype = request.headers.get("content-type", "")
+    max_text = svc.settings.max_prompt_chars
     if ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded"):
         form = await request.form(max_files=1, max_fields=100)
         fields: dict[str, Any] = {}
@@ -72,16 +75,15 @@ async def read_params(request: Request, svc: Service) -> tuple[dict[str, Any], U
         for key in ("shots", "drift_correction", "video", "health_checks"):  # JSON inside a form field
             if isinstance(fields.get(key), str):
                 try:
-                    fields[key] = json.loads(fields[key])
-                except json.JSONDecodeError:
+                    fields[key] = parse_json(fields[key])
+                except APIError:
                     raise APIError(400, f"'{key}' must be JSON.", param=key, code="invalid_value") from None
+        check_values(fields, max_text=max_text)
         return fields, upload
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "The body must be JSON or multipart/form-data.", code="invalid_json") from None
+    body = parse_json(await request.body())
     if not isinstance(body, dict):
         raise APIError(400, "The body must be a JSON object.", code="invalid_json")
+    check_values(body, max_text=max_text)
     return body, None
 
 
@@ -192,13 +194,34 @@ def _new_stream_job(svc: Service, tenant: str, p: CreateParams) -> Job:
                segments_total=checked.chunks)  # fmt: skip
 
 
+def _ensure_storage(svc: Service) -> None:
+    """A create is refused (503 storage_error) while the data dir cannot take the job's files
+    (disk below `min_free_bytes`, or not writable), rather than accepted to fail half-way."""
+    problem = svc.storage.recent_problem()
+    if problem is not None:
+        log.warning("create refused: the data dir is %s", problem)
+        raise APIError(503, "The server cannot store new videos right now (its disk is full or not writable); "
+                       "retry later.", code="storage_error")  # fmt: skip
+
+
 def _create_and_submit(svc: Service, job: Job) -> None:
-    svc.store.create(job)
-    svc.queue.submit(job.id)
+    _ensure_storage(svc)
+    svc.store.create(job, max_queued=svc.settings.tenant_max_queued)
+    try:
+        svc.queue.submit(job.id)
+    except QueueUnavailable as exc:  # the job is in the store: the reaper dispatches it when Redis is back
+        log.warning("job %s tenant %s: queued, but the broker did not take its wake-up (%s); the reaper "
+                    "sends it again", job.id, job.tenant, str(exc)[:200])  # fmt: skip
 
 
 async def _submit(svc: Service, job: Job) -> JSONResponse:
-    await run_in_threadpool(_create_and_submit, svc, job)  # one thread hop: SQL insert, then the queue
+    try:
+        svc.rate_limiter.take(job.tenant)
+        await run_in_threadpool(_create_and_submit, svc, job)  # one thread hop: SQL insert, then the queue
+    except (RateLimited, TenantQueueFull) as exc:  # 429 with Retry-After
+        if "image" in job.spec:  # the upload saved for this job
+            await run_in_threadpool(svc.storage.remove, job.id)
+        return limit_response(exc)
     return JSONResponse(video_object(job))
 
 
@@ -227,6 +250,7 @@ async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     job = _new_job(tenant, entry, checked, prompt)
     if image is not None:  # stored under the job's own folder; the path comes from the job id only
         path = svc.storage.input_image(job.id)
+        await run_in_threadpool(_ensure_storage, svc)
         await run_in_threadpool(_save_bytes, path, image)
         job.spec = {**job.spec, "image": str(path)}
     return await _submit(svc, job)
@@ -262,7 +286,7 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     if params.drift_correction is not None:  # validated with the rest: 400 naming drift_correction.<key>
         spec.drift_correction = {**spec.drift_correction, **params.drift_correction}
     entry = svc.catalog.resolve(source.model)
-    checked = svc.catalog.check(spec, entry)
+    checked = svc.catalog.check(spec, entry, extends=True)
     job = _new_job(tenant, entry, checked, params.prompt, source=source.id)
     job.seconds = _seconds_str(float(source.seconds) + spec.seconds)  # the whole extended video
     return await _submit(svc, job)
@@ -276,9 +300,9 @@ def list_videos(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
-    page = svc.store.list(tenant, after=after, limit=limit, order=order)
+    page = svc.store.list(tenant, after=after, limit=limit, order=order) if not after or is_job_id(after) else None
     if page is None:
-        raise APIError(400, f"'after' is not one of your videos: '{after}'.", param="after", code="invalid_value")
+        raise APIError(400, f"'after' is not one of your videos: {after[:64]!r}.", param="after", code="invalid_value")
     data = [video_object(j) for j in page.jobs]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": page.has_more}  # fmt: skip
@@ -303,8 +327,9 @@ def delete_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, An
 
 @router.post("/{video_id}/cancel")
 def cancel_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, Any]:
-    """Queued: cancelled now. In progress: the worker stops at its next denoising step and sets
-    `cancelled` (poll, or watch the events). Finished: returned unchanged."""
+    """Queued: cancelled now. In progress: the worker stops within one transformer block (it
+    polls the store every `cancel_poll_seconds`) and sets `cancelled` (poll, or watch the
+    events). Finished: returned unchanged."""
     job = svc.store.request_cancel(tenant, video_id) if is_job_id(video_id) else None
     if job is None:
         raise not_found(video_id)
@@ -334,18 +359,32 @@ def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
     return FileResponse(path, media_type=media, filename=f"{job.id}.{ext}")
 
 
+def _last_event_id(last: str | None) -> int:
+    """The event id an SSE client resumes after (ids are database integers: at most 2**63-1)."""
+    if last is None or last == "":
+        return 0
+    if not (last.isascii() and last.isdigit() and len(last) <= 19 and int(last) < 2**63):
+        raise APIError(400, f"Invalid 'Last-Event-ID' ({last[:32]!r}): must be an event id, a whole number in "
+                       "0..2**63-1.", param="Last-Event-ID", code="invalid_value")  # fmt: skip
+    return int(last)
+
+
+LastEventID = Annotated[str | None, Header(alias="Last-Event-ID", description="Resume after this event id.")]
+
+
 @router.get("/{video_id}/events")
-async def video_events(video_id: str, request: Request, tenant: CurrentTenant, svc: Svc) -> StreamingResponse:
+async def video_events(video_id: str, request: Request, tenant: CurrentTenant, svc: Svc,
+                       last_event_id: LastEventID = None) -> StreamingResponse:  # fmt: skip
     """Server-Sent Events: `status` (every state change), `progress` (every denoising step),
     `segment` (every finished segment). Ends after the terminal status. Resumes after
     `Last-Event-ID`."""
+    after = _last_event_id(last_event_id)
     job = await run_in_threadpool(_owned, svc, tenant, video_id)
-    last = request.headers.get("last-event-id", "0")
-    after = int(last) if last.isdigit() else 0
 
     async def stream():
         nonlocal after
         idle = 0.0
+        ended = job.status in TERMINAL
         while True:
             events = await run_in_threadpool(svc.store.events_after, job.id, after)
             for ev in events:
@@ -356,7 +395,7 @@ async def video_events(video_id: str, request: Request, tenant: CurrentTenant, s
             if events:
                 idle = 0.0
                 continue
-            if await request.is_disconnected():
+            if ended or await request.is_disconnected():  # ended: resumed after its last event
                 return
             await asyncio.sleep(0.2)
             idle += 0.2

@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import uuid
 
 from celery import Celery, Task
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 from kombu import Queue
 
 from videogen.api.dispatch import RENDER_TASK
@@ -59,7 +60,9 @@ class RenderTask(Task):
             from .jobs import WorkerContext
             from .models import ModelCache
 
-            store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds)
+            store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds,
+                             tenant_max_running=settings.tenant_max_running,
+                             tenant_weights=settings.tenant_weight_table)  # fmt: skip
             worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
             RenderTask._context = WorkerContext(
                 settings, store, OutputStorage(settings.data_path), ModelCache(settings.torch_threads), worker_id
@@ -69,9 +72,30 @@ class RenderTask(Task):
 
 @app.task(name=RENDER_TASK, base=RenderTask, bind=True, ignore_result=True)
 def render_job(self, job_id: str) -> str | None:
-    from .jobs import run_job
+    """A wake-up: run the store's fair-share next job (Celery's queue is FIFO; the store's order
+    is fair between tenants). `job_id` is what the sender had in mind; see `run_next`."""
+    from .jobs import run_next
 
-    return run_job(job_id, self.context)
+    return run_next(self.context, woken_for=job_id)
+
+
+@worker_init.connect
+def _check_store(sender=None, **_kw) -> None:
+    """A worker that cannot reach its job store is not ready: one line, exit 2, before it
+    consumes anything (it would take wake-ups and fail every job)."""
+    try:
+        render_job.context.store.ping()
+    except Exception as exc:  # any driver or URL error
+        from sqlalchemy.engine import make_url
+
+        try:
+            where = make_url(settings.db_url).render_as_string(hide_password=True)
+        except Exception:
+            where = "DATABASE_URL"
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        print(f"videogen worker: error: the job store ({where}) does not answer: {type(exc).__name__}: "
+              f"{reason[0][:300] if reason else ''}", file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(2)  # not SystemExit: Celery would log it with a traceback and carry on starting
 
 
 @worker_ready.connect

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -25,6 +24,8 @@ def add_service_commands(sub) -> None:
     s.add_argument("--data-dir", help="outputs, checkpoints and the SQLite job store (env VIDEOGEN_DATA_DIR)")
     s.add_argument("--no-auth", action="store_true", help="no API keys; one tenant. Only on a loopback host")
     s.add_argument("--log-level", default="info")
+    s.add_argument("--log-format", choices=("text", "json"),
+                   help="text (default), or json: one object per line for log shippers (env VIDEOGEN_LOG_FORMAT)")  # fmt: skip
     s.set_defaults(func=cmd_serve)
 
     w = sub.add_parser("worker", help="run one Celery worker (solo pool) for a fleet; needs REDIS_URL",
@@ -33,6 +34,8 @@ def add_service_commands(sub) -> None:
     w.add_argument("--gpu", type=int, help="GPU index: sets CUDA_VISIBLE_DEVICES=N (default: leave as is)")
     w.add_argument("--name", help="Celery node name (default videogen-gpuN@host)")
     w.add_argument("--log-level", default="info")
+    w.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text, or json: one object per line for log shippers")  # fmt: skip
     w.set_defaults(func=cmd_worker)
 
 
@@ -53,6 +56,8 @@ def _missing_server_extra(command: str, modules: tuple[str, ...]) -> str | None:
     )
 
 
+GRACEFUL_SHUTDOWN_SECONDS = 3  # open requests (an SSE stream never ends by itself) get this long at exit
+
 SERVE_MODULES = ("fastapi", "uvicorn", "pydantic_settings", "sqlalchemy", "multipart")
 WORKER_MODULES = ("celery", "redis", "pydantic_settings", "sqlalchemy")
 
@@ -67,6 +72,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["data_dir"] = args.data_dir
     if args.no_auth:
         overrides["no_auth"] = True
+    if args.log_format:
+        overrides["log_format"] = args.log_format
     settings = ServiceSettings(**overrides)
     if settings.no_auth and not is_loopback(args.host):
         return _error(
@@ -75,6 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         keys = settings.tenant_by_key_hash
         settings.model_folders  # noqa: B018 - parse now, fail now
+        settings.tenant_weight_table  # noqa: B018
     except ValueError as exc:
         return _error(str(exc))
     if not settings.no_auth and not keys:
@@ -82,10 +90,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from videogen.api.app import build_service, create_app
+    from videogen.api.app import create_app
+    from videogen.api.logs import setup_logging
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = build_service(settings)
+    setup_logging(args.log_level, settings.log_format)  # the embedded child sets up the same from settings
+    service = _start_service(settings)
+    if isinstance(service, str):
+        return _error(service)
     workers = []
     if not settings.fleet:
         from .embedded import EmbeddedWorkerProcess, EmbeddedWorkerThread
@@ -93,8 +104,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host = EmbeddedWorkerProcess if settings.embedded_worker == "process" else EmbeddedWorkerThread
         workers.append(host(service))
     app = create_app(settings, service=service, workers=workers)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    # SIGTERM/SIGINT: stop within seconds even with event streams open (their clients reconnect).
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, log_config=None)  # fmt: skip
     return 0
+
+
+def _start_service(settings):
+    """`build_service(settings)`, or the one line that says why it cannot start (the traceback goes
+    to the debug log): a data dir that cannot be made or written, a bad DATABASE_URL, a database
+    that does not answer. A disk below `min_free_bytes` only warns: `/readyz` says not ready until
+    space is freed."""
+    import logging
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from videogen.api.app import build_service
+
+    log = logging.getLogger("videogen.api")
+    data = settings.data_path
+    try:
+        url = make_url(settings.db_url).render_as_string(hide_password=True)
+    except Exception:  # unparseable: show none of it (it may hold a password)
+        url = "DATABASE_URL"
+    try:
+        service = build_service(settings)
+    except OSError as exc:
+        log.debug("start-up failed", exc_info=True)
+        return f"the data dir {data} cannot be used: {exc.strerror or type(exc).__name__}"
+    except (SQLAlchemyError, ImportError) as exc:
+        log.debug("start-up failed", exc_info=True)
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        if settings.database_url:
+            reason = reason.replace(settings.database_url, url)
+        return f"the job store {url} cannot be opened: {reason}"
+    problem = service.storage.problem()
+    if problem is not None and problem.startswith("not writable"):
+        return f"the data dir {data} is {problem}"
+    if problem is not None:
+        log.warning("the data dir %s: %s; not ready until space is freed (VIDEOGEN_MIN_FREE_BYTES)", data, problem)
+    return service
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -106,8 +156,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)  # before anything imports torch
     if not os.environ.get("REDIS_URL") and not os.environ.get("VIDEOGEN_REDIS_URL"):
         return _error("REDIS_URL is not set: a worker takes its jobs from Redis (or use `videogen serve` alone)")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from videogen.api.logs import setup_logging
+
+    setup_logging(args.log_level, args.log_format)
     from .celery_app import app
+
+    app.conf.worker_hijack_root_logger = False  # keep setup_logging's handler (and its format)
 
     name = args.name or f"videogen-gpu{args.gpu if args.gpu is not None else 'any'}@%h"
     app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={args.log_level.upper()}",

@@ -9,16 +9,22 @@ both call exactly this.
 * **Resume.** The render checkpoints every finished segment in the job's work directory
   (`OutputStorage.workdir`); a job that is claimed again resumes after the last finished segment
   and produces the same video an uninterrupted render would.
-* **Cancel.** `render(cancel=...)` is asked before every denoising step; it answers True when the
-  store's `cancel_requested` flag is set (or the lease was lost), so a cancel stops the GPU within
-  one step. The partial video and the checkpoints are removed. A stream checks the flag before
-  every chunk (a 64x64 chunk takes 0.06-0.16 s on one CPU thread; larger frames longer).
+* **Cancel.** `render(cancel=...)` is asked before every denoising step and every transformer
+  block (`videogen.sampling.interrupt`); it reads a flag that the `LeaseKeeper` thread sets when
+  the store's `cancel_requested` is (it asks every `cancel_poll_seconds`) or the lease was lost,
+  so a cancel stops the GPU within that plus one block, and the per-block check costs an attribute
+  read, not a query. The partial video and the checkpoints are removed. A stream checks the same
+  flag, also before every chunk.
 * **Streams.** Each chunk goes to the MP4 and to the job's spool (`api.spool`), which the API
   tails to serve the frames live; prompt switches come through the store (`JobStore.record_chunk`).
+* **Failures.** Known errors keep their code (`invalid_option`, ...); a full or unwritable disk
+  is `storage_error` with a message a user can act on and no server path (`_failure`); anything
+  else is `internal_error`. The traceback goes to the log.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -26,11 +32,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+from videogen.api.logs import bind_tenant, job_log_context
 from videogen.api.settings import ServiceSettings
 from videogen.api.spool import SpoolWriter
 from videogen.api.storage import OutputStorage
 from videogen.api.store import JobStore
-from videogen.api.tables import CANCELLED, COMPLETED, FAILED
+from videogen.api.tables import CANCELLED, COMPLETED, FAILED, IN_PROGRESS
 
 from .models import ModelCache
 
@@ -49,13 +56,21 @@ class WorkerContext:
 
 
 class LeaseKeeper:
-    """Renews a job's lease in the background; `lost` turns True if another worker took it."""
+    """Renews a job's lease in the background (every `lease_seconds / 4`) and watches for a cancel
+    (every `poll_seconds`): `lost` turns True if another worker took the job, and `cancelled()`
+    (the render's cancel callback) turns True then or once the job's cancel (or delete) is asked."""
 
-    def __init__(self, store: JobStore, job_id: str, worker: str, lease_seconds: float) -> None:
+    def __init__(self, store: JobStore, job_id: str, worker: str, lease_seconds: float,
+                 poll_seconds: float = 0.5) -> None:  # fmt: skip
         self.store, self.job_id, self.worker, self.lease = store, job_id, worker, lease_seconds
+        self.poll = min(poll_seconds, lease_seconds / 4)
         self.lost = False
+        self._cancel = threading.Event()  # read between transformer blocks: a flag, never a query
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id[-6:]}", daemon=True)
+
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
@@ -66,13 +81,22 @@ class LeaseKeeper:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.lease / 4):
+        renew_at = time.monotonic() + self.lease / 4
+        while not self._stop.wait(max(0.0, min(self.poll, renew_at - time.monotonic()))):
+            if time.monotonic() >= renew_at:
+                renew_at = time.monotonic() + self.lease / 4
+                try:
+                    if not self.store.renew(self.job_id, self.worker, self.lease):
+                        self.lost = True
+                        self._cancel.set()
+                        return
+                except Exception:  # a failed renewal is retried; the lease has 3 more periods to live
+                    log.exception("job %s: lease renewal failed", self.job_id)
             try:
-                if not self.store.renew(self.job_id, self.worker, self.lease):
-                    self.lost = True
-                    return
-            except Exception:  # a failed renewal is retried; the lease has 3 more periods to live
-                log.exception("job %s: lease renewal failed", self.job_id)
+                if self.store.cancel_requested(self.job_id):
+                    self._cancel.set()
+            except Exception:  # asked again at the next poll; a store that stays down fails the renewal
+                log.debug("job %s: cancel poll failed", self.job_id, exc_info=True)
 
 
 class _StepBatcher:
@@ -97,9 +121,30 @@ class _StepBatcher:
         self.last = time.monotonic()
 
 
+def run_next(ctx: WorkerContext, woken_for: str | None = None) -> str | None:
+    """Claim and run the store's fair-share next job (`JobStore.next_queued`). A broker message is
+    a wake-up, not an assignment: the id it carries (`woken_for`) is run only when no queued job
+    can be claimed and it is a job whose worker vanished (in progress, lease run out). Returns
+    the final status of the job run, None when there was nothing to run."""
+    for job_id in ctx.store.next_queued():
+        if (status := run_job(job_id, ctx)) is not None:
+            return status
+    if woken_for is not None:
+        job = ctx.store.get_any(woken_for)
+        if job is not None and job.status == IN_PROGRESS:
+            return run_job(woken_for, ctx)
+    return None
+
+
 def run_job(job_id: str, ctx: WorkerContext) -> str | None:
     """Render (or stream) one job. Returns its final status, or None when it was not ours to run
-    (finished, cancelled, or leased by another worker) or another worker took it over."""
+    (finished, cancelled, or leased by another worker) or another worker took it over. Every log
+    line meanwhile carries the job id and tenant (`api.logs`)."""
+    with job_log_context(job_id):
+        return _run_job(job_id, ctx)
+
+
+def _run_job(job_id: str, ctx: WorkerContext) -> str | None:
     from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
 
     store, storage, worker = ctx.store, ctx.storage, ctx.worker_id
@@ -107,8 +152,9 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
     if job is None:
         log.info("job %s: not claimed by %s (finished, cancelled or running elsewhere)", job_id, worker)
         return None
+    bind_tenant(job.tenant)
 
-    with LeaseKeeper(store, job_id, worker, ctx.settings.lease_seconds) as lease:
+    with LeaseKeeper(store, job_id, worker, ctx.settings.lease_seconds, ctx.settings.cancel_poll_seconds) as lease:
         error: tuple[str, str, str | None] | None = None
         try:
             has_thumbnail = (_stream_job if job.is_stream else _render_job)(job, ctx, lease)
@@ -133,11 +179,47 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
         except NonFiniteLatents as exc:
             error = ("non_finite_latents", str(exc), None)
         except Exception as exc:  # the job fails with the reason; the worker lives on
-            log.exception("job %s: render failed", job_id)
-            error = ("internal_error", f"{type(exc).__name__}: {exc}", None)
+            log.exception("job %s: render failed", job_id)  # the full detail, paths included, stays here
+            error = _failure(exc, storage)
         storage.remove(job_id)
         store.finish(job_id, worker, FAILED, error=error)
         return FAILED
+
+
+# What a user can act on when the job's files or rows could not be written; no server path.
+STORAGE_ERROR = ("storage_error", "the server could not write the video's files (disk full or not writable); "
+                 "the job can be retried", None)  # fmt: skip
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO}
+# SQLite's and torch.save's words for the same (torch: "[enforce fail at inline_container.cc:...]
+# PytorchStreamWriter failed writing file ...").
+_STORAGE_MESSAGES = ("database or disk is full", "disk i/o error", "readonly database", "pytorchstreamwriter failed",
+                     "inline_container.cc")  # fmt: skip
+
+
+def _failure(exc: BaseException, storage: OutputStorage) -> tuple[str, str, str | None]:
+    """The job's error for an unexpected exception: `STORAGE_ERROR` for a storage failure, else
+    `internal_error` with the exception (data dir paths replaced by `<data_dir>`)."""
+    if _is_storage_failure(exc, storage):
+        return STORAGE_ERROR
+    return "internal_error", f"{type(exc).__name__}: {exc}".replace(str(storage.root), "<data_dir>"), None
+
+
+def _is_storage_failure(exc: BaseException | None, storage: OutputStorage) -> bool:
+    """An OSError on a path under the data dir, a full, read-only or failing disk anywhere, SQLite's
+    or torch.save's report of one (through the exception's causes), or a data dir that fails
+    `OutputStorage.problem()` now: ffmpeg on a full disk says only that its pipe broke."""
+    root = str(storage.root)
+    for _ in range(8):  # the cause chain, bounded
+        if exc is None:
+            break
+        if isinstance(exc, OSError):
+            paths = [str(p) for p in (exc.filename, exc.filename2) if p]
+            if exc.errno in _STORAGE_ERRNOS or any(p == root or p.startswith(root + os.sep) for p in paths):
+                return True
+        if any(m in str(exc).lower() for m in _STORAGE_MESSAGES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return storage.problem() is not None
 
 
 def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
@@ -149,9 +231,6 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     from videogen.sampling.loop import StepProgress
 
     store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
-
-    def cancel() -> bool:
-        return lease.lost or store.cancel_requested(job_id)
 
     spec = RenderSpec.from_dict(job.spec)
     spec.device, spec.dtype = ctx.settings.device, ctx.settings.dtype  # the worker's, not the client's
@@ -165,7 +244,7 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     target = storage.extension_part(job_id) if source else video
     finished = None
     progress = _StepBatcher(store, job_id, worker)
-    for event in render(spec, target, model=model, workdir=storage.workdir(job_id), cancel=cancel,
+    for event in render(spec, target, model=model, workdir=storage.workdir(job_id), cancel=lease.cancelled,
                         thumbnail=storage.thumbnail(job_id), continue_from=continue_from,
                         tail=storage.tail(job_id)):  # fmt: skip
         if isinstance(event, StepProgress):
@@ -197,10 +276,12 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
 def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     """`videogen.streaming.stream.stream()`: every chunk goes to the job's MP4 (`VideoWriter`, thumbnail =
     first frame) and, as it is made, to the job's spool (`api.spool`) that the API's live
-    endpoints tail. Before every denoising step the store says whether to cancel (so a cancel
-    stops the work within one step), before each chunk which prompt to switch to; the switches shown are recorded with the chunk (`JobStore.record_chunk`). A stream is not
-    checkpointed: a job taken over after a crash streams again from frame 0, replaying the
-    recorded switches at the same frames (same seed: the same video). Returns True (thumbnail)."""
+    endpoints tail. Before every denoising step and transformer block the lease's cancel flag
+    says whether to stop (so a cancel stops the work within one block), before each chunk the
+    store which prompt to switch to; the switches shown are recorded with the chunk
+    (`JobStore.record_chunk`). A stream is not checkpointed: a job taken over after a crash
+    streams again from frame 0, replaying the recorded switches at the same frames (same seed: the
+    same video). Returns True (thumbnail)."""
     from videogen.config.spec import StreamSpec
     from videogen.errors import RenderCancelled
     from videogen.io.video import VideoWriter
@@ -217,7 +298,7 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     video = storage.video(job_id)
     video.parent.mkdir(parents=True, exist_ok=True)
     spool = SpoolWriter(storage.stream_dir(job_id), ctx.settings.stream_spool_bytes)
-    control = StreamControl(cancel_check=lambda: lease.lost or store.cancel_requested(job_id))  # every step
+    control = StreamControl(cancel_check=lease.cancelled)  # every step and transformer block
 
     def apply(controls) -> None:
         if controls.cancel or lease.lost:

@@ -3,6 +3,7 @@ progress and events, cancel mid-render, tenant isolation, and bad input in OpenA
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import httpx
@@ -207,7 +208,11 @@ def test_an_extension_continues_the_source_video_and_serves_source_plus_new_fram
 
 def test_health_and_readiness(server):
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(server.url + "/readyz").json()
+    deadline = time.monotonic() + 60  # ready once the worker process has started, a few seconds after the API
+    while (r := httpx.get(server.url + "/readyz")).status_code != 200 and time.monotonic() < deadline:
+        assert r.status_code == 503 and r.json()["checks"]["worker"] != "ok", r.text
+        time.sleep(0.1)
+    ready = r.json()
     assert ready["status"] == "ready" and ready["mode"] == "embedded" and ready["checks"]["worker"] == "ok"
 
 

@@ -251,18 +251,19 @@ def test_cli_stream_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_cancel_check_is_asked_every_denoising_step(causal_model):
+def test_cancel_check_is_asked_every_denoising_step_and_transformer_block(causal_model):
     from videogen.errors import RenderCancelled
 
     calls = []
+    per_chunk = 1 + 3 * (1 + len(causal_model.transformer.blocks))  # before it, each of 3 steps, each block
 
     def check() -> bool:
         calls.append(1)
-        return len(calls) >= 6  # chunk 0 asks once before it and once per step (3), chunk 1 then stops mid-way
+        return len(calls) >= per_chunk + 4  # chunk 1: before it, its step 1, block 0, then block 1 stops it
 
     spec = StreamSpec("a red circle moving right on a black background", seconds=None, steps=3)
     chunks = []
-    with pytest.raises(RenderCancelled, match="at step 1 of chunk 1"):
+    with pytest.raises(RenderCancelled, match="before transformer block 1 of step 1 of chunk 1"):
         for chunk in stream(spec, causal_model, control=StreamControl(cancel_check=check)):
             chunks.append(chunk)
     assert len(chunks) == 1

@@ -57,6 +57,30 @@ class HealthConfig:
         return bool(self.checks)
 
 
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The most one job may ask of a model on the job service (`limits:` in configs/models.yaml),
+    checked when a job is created (`videogen.api.admission`) so that no request occupies a worker
+    for hours; the CLI renders any valid geometry. None (or no `sizes`): the preset sets no such
+    limit and the service's own default applies (`ServiceSettings.max_frame_pixels`, `max_job_work`)."""
+
+    sizes: tuple[tuple[int, int], ...] = ()  # the only (width, height) admitted; (): any up to max_pixels
+    max_pixels: int | None = None  # width x height of a frame
+    max_frames: int | None = None  # frames one job makes (a render's, an extension's new ones, a stream's)
+    max_work: int | None = None  # width x height x frames x denoising steps of one job
+
+    def __post_init__(self) -> None:
+        for name in ("max_pixels", "max_frames", "max_work"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+    def admits_size(self, width: int, height: int) -> bool:
+        if self.sizes and (width, height) not in self.sizes:
+            return False
+        return self.max_pixels is None or width * height <= self.max_pixels
+
+
 def parse_size(value: str | tuple[int, int], option: str = "size") -> tuple[int, int]:
     """'832x480' -> (832, 480). Raises InvalidOption naming `option`."""
     from videogen.errors import InvalidOption
@@ -90,6 +114,11 @@ class Preset:
     weights: str = "builtin.safetensors"  # built-in models: the weights file in videogen/models/weights/
     causal: bool = False  # trained block-causal: generates chunk by chunk (`videogen stream`)
     health: HealthConfig = HealthConfig()  # the segment health gate's defaults for this model
+    limits: AdmissionLimits = AdmissionLimits()  # what the job service admits per job for this model
+    # A continuing segment holds its handed-over prefix at this noise level rather than clean (the
+    # model was fine-tuned on such context: `videogen train builtin --context-noise`), so it keeps
+    # the prefix's layout without copying its pixel-level artefacts. 0: clean (any other model).
+    context_noise: float = 0.0
 
     @property
     def available(self) -> bool:
@@ -130,7 +159,14 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             weights=str(raw.get("weights", "builtin.safetensors")),
             causal=bool(raw.get("causal", False)),
             health=_health(name, config_file, raw.get("health") or {}),
+            limits=_limits(name, config_file, raw.get("limits") or {}),
+            context_noise=float(raw.get("context_noise", 0.0)),
         )
+        if not 0.0 <= presets[name].context_noise <= 0.5:
+            raise ModelLoadError(f"preset {name!r} in {config_file}: context_noise must be in [0, 0.5], "
+                                 f"got {presets[name].context_noise}")  # fmt: skip
+        if not presets[name].limits.admits_size(*presets[name].size):
+            raise ModelLoadError(f"preset {name!r} in {config_file}: its size {raw['size']} is outside its limits")
     default = data.get("default", next(iter(presets), ""))
     return default, presets
 
@@ -148,6 +184,29 @@ def _health(name: str, config_file: Path, raw: dict) -> HealthConfig:
         return HealthConfig(**values)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"preset {name!r} in {config_file}: health: {exc}") from None
+
+
+def _limits(name: str, config_file: Path, raw: dict) -> AdmissionLimits:
+    """A preset's `limits:` block: `sizes` as WxH strings, numbers as integers (or floats such as
+    2.0e10, which YAML 1.1 reads as text without a sign in the exponent)."""
+    from videogen.errors import InvalidOption
+
+    where = f"preset {name!r} in {config_file}: limits"
+    unknown = sorted(set(raw) - set(AdmissionLimits.__dataclass_fields__))
+    if unknown:
+        raise ModelLoadError(f"{where}: unknown key {unknown[0]!r}")
+    values: dict = {}
+    try:
+        values["sizes"] = tuple(parse_size(s, f"{name}.limits.sizes") for s in raw.get("sizes") or ())
+        for key in ("max_pixels", "max_frames", "max_work"):
+            if raw.get(key) is not None:
+                number = float(raw[key])
+                if not number.is_integer():
+                    raise ValueError(f"{key} must be a whole number, got {raw[key]!r}")
+                values[key] = int(number)
+        return AdmissionLimits(**values)
+    except (InvalidOption, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{where}: {exc}") from None
 
 
 def load_presets() -> dict[str, Preset]:

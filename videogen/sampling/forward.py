@@ -53,6 +53,7 @@ class SegmentForward:
     prefix_frames: int
     num_steps: int
     absolute: list[float]  # the latent frames' times in their shot (time-dependent conditioning)
+    prefix_timestep: float = 0.0  # the prefix's noise level x 1000 (`context_noise`; 0: clean)
 
     def __call__(self, transformer: Any, latents: torch.Tensor, t: torch.Tensor, step: int) -> torch.Tensor:
         model, batch = self.model, self.embeds.shape[0]
@@ -60,9 +61,8 @@ class SegmentForward:
         if self.prefix_frames > 0 or model.expand_timesteps:
             tokens_per_frame = self.grid[1] * self.grid[2]
             timestep = torch.full((batch, self.grid[0] * tokens_per_frame), float(t), device=model.device)  # (B, N)
-            timestep[:, : (self.prefix_frames // model.patch_size[0]) * tokens_per_frame] = (
-                0.0  # prefix tokens are clean
-            )
+            # prefix tokens are clean (or at the small `context_noise` level)
+            timestep[:, : (self.prefix_frames // model.patch_size[0]) * tokens_per_frame] = self.prefix_timestep
         else:
             timestep = t.expand(batch)
         inputs = model.transformer_input(x, self.embeds, None, self.absolute)

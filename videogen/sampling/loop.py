@@ -10,9 +10,10 @@ guidance, Wan 2.2's two-expert switch at `boundary_ratio`), with these additions
   diffusion forcing use) and it is reset to the clean values after every scheduler step, so only
   the rest is denoised.
 * It is a generator: it yields a `StepProgress` after every step and returns the latents. The
-  caller can stop it between any two steps (closing the generator, or `cancel()` returning True),
-  which is how a cancelled job stops its GPU work within one step. Every step also checks that
-  the latents are finite: NaN/Inf raises `NonFiniteLatents` instead of producing garbage.
+  caller can stop it between any two steps (closing the generator, or `cancel()` returning True);
+  `cancel()` is also asked before every transformer block (`videogen.sampling.interrupt`), which is
+  how a cancelled job stops its GPU work within one block. Every step also checks that the
+  latents are finite: NaN/Inf raises `NonFiniteLatents` instead of producing garbage.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from videogen.errors import NonFiniteLatents, RenderCancelled
 from videogen.sampling.forward import SegmentForward, TransformerForward
+from videogen.sampling.interrupt import stop_between_blocks
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class DenoiseRequest:
     unit: str = "segment"  # what is denoised, for progress and errors: "segment" | "chunk"
     index: int = 0  # its index (noise stream, progress, errors)
     prefix: torch.Tensor | None = None  # (1, C, P, h, w) fp32 clean latents re-imposed after every step
-    cancel: Callable[[], bool] | None = None  # asked before every step
+    cancel: Callable[[], bool] | None = None  # asked before every step and every transformer block: keep it cheap
 
 
 def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
@@ -95,7 +97,8 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
         if request.cancel is not None and request.cancel():
             raise RenderCancelled(f"cancelled at step {i + 1} of {label}")
         transformer = model.transformer if boundary is None or t >= boundary else model.transformer_2
-        pred = request.forward(transformer, latents.to(model.dtype), t, i)
+        with stop_between_blocks(transformer, request.cancel, f"step {i + 1} of {label}"):
+            pred = request.forward(transformer, latents.to(model.dtype), t, i)
         velocity = guided_velocity(model, pred, latents, float(t) / n_train, request.guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
@@ -134,6 +137,7 @@ def denoise_segment(
     cancel: Callable[[], bool] | None = None,
     time: float = 0.0,  # the first latent frame's time in its shot, in latent frames (`segment_times`)
     noise: torch.Tensor | None = None,  # a re-sampling's noise (`videogen.sampling.health.attempt_noise`)
+    context_noise: float = 0.0,  # the handed-over prefix is held at this noise level (0: clean)
 ) -> Generator[StepProgress, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring)."""
     channels = model.codec.latent_channels
@@ -145,14 +149,24 @@ def denoise_segment(
     if prefix is not None:
         if prefix.shape[1] != channels or tuple(prefix.shape[3:]) != (h, w) or n_prefix >= latent_frames:
             raise ValueError(f"prefix latents {tuple(prefix.shape)} do not fit a segment of {latent_frames}x{h}x{w}")
-        prefix = prefix.to(model.device, torch.float32)
+        prefix = clean_prefix = prefix.to(model.device, torch.float32)
+        if context_noise > 0:
+            # Noise-augmented context: the model sees its own previous output a little blurred by
+            # noise (the segment's own noise stream, so it stays deterministic) and at that noise
+            # level, so it trusts the prefix's layout but not its pixel-level artefacts, which a
+            # chain of segments would otherwise copy and compound (docs/builtin-model.md).
+            prefix = (1 - context_noise) * prefix + context_noise * latents[:, :, :n_prefix]
         latents[:, :, :n_prefix] = prefix
     use_cfg = uncond is not None and guidance > 1.0
     embeds = (torch.cat([cond, uncond]) if use_cfg and uncond is not None else cond).to(model.device, model.dtype)
     pt, ph, pw = model.patch_size
     forward = SegmentForward(model, embeds, grid=(latent_frames // pt, h // ph, w // pw), prefix_frames=n_prefix,
-                             num_steps=steps, absolute=[time + i for i in range(latent_frames)])  # fmt: skip
+                             num_steps=steps, absolute=[time + i for i in range(latent_frames)],
+                             prefix_timestep=context_noise * 1000 if prefix is not None else 0.0)  # fmt: skip
     request = DenoiseRequest(
         latents, forward, steps, guidance if use_cfg else None, flow_shift, "segment", segment, prefix, cancel
     )
-    return (yield from denoise(model, request))
+    out = yield from denoise(model, request)
+    if prefix is not None and context_noise > 0:
+        out[:, :, :n_prefix] = clean_prefix  # the prefix is the previous segment's frames, exactly
+    return out
