@@ -158,7 +158,7 @@ def test_causal_batches_have_whole_chunks_with_one_noise_level_each():
     cfg = TrainConfig(causal_chunk=3, latent_frames=(2, 5, 9), batch_tokens=640)
     seen_clean_context = False
     for step in range(12):
-        latents, sig, _, _, _ = make_batch(cfg, step, PixelCodec())
+        latents, sig = make_batch(cfg, step, PixelCodec())[:2]
         f = sig.shape[1]
         assert f in (7, 10) and latents.shape[2] == f  # the first frame alone + 2 or 3 chunks of 3
         for row in sig:

@@ -36,6 +36,19 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="weight of the frame-to-frame change's error in the loss (against 4 Hz stutter)",
     )
     t.add_argument(
+        "--self-context",
+        dest="self_context",
+        type=float,
+        help="fraction of continuation clips whose clean context is the model's own prediction of it "
+        "(training against its own errors, for long videos; 0-1)",
+    )
+    t.add_argument(
+        "--context-noise",
+        dest="context_noise",
+        type=float,
+        help="noise half the context frames up to this level (0-0.5; rendering's context_noise)",
+    )
+    t.add_argument(
         "--causal-chunk",
         dest="causal_chunk",
         type=int,
@@ -82,6 +95,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--snapshot-every", args.snapshot_every, "must be >= 1")
     if args.motion_weight is not None and not args.motion_weight >= 0:
         raise InvalidOption("--motion-weight", args.motion_weight, "must be >= 0")
+    if args.self_context is not None and not 0 <= args.self_context <= 1:
+        raise InvalidOption("--self-context", args.self_context, "must be in [0, 1]")
+    if args.context_noise is not None and not 0 <= args.context_noise <= 0.5:
+        raise InvalidOption("--context-noise", args.context_noise, "must be in [0, 0.5]")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}

@@ -33,6 +33,19 @@ class TrainConfig:
     # recipe: it smooths the measured motion but not the picture (docs/builtin-model.md, "4 Hz stutter").
     motion_weight: float = 0.0
     causal_chunk: int = 0  # > 0: block-causal attention over chunks of this many latent frames
+    # Robust continuation (docs/builtin-model.md, "Long videos"): a chained segment or stream chunk
+    # continues the model's *own* earlier output, not a clean training clip, and copies and
+    # compounds its artefacts. `self_context`: the fraction of clips with a clean context (a
+    # continuation's prefix, the causal variant's clean chunks) whose context is replaced by the
+    # model's own one-step prediction of it, from the clip noised to a sigma in `self_context_sigma`
+    # (its ragged edges, 4-frame steps and colour offsets, at the ground truth's place, so the
+    # target stays the ground truth: self-forcing without rollouts). `context_noise`: half of the
+    # context frames are noised to a sigma drawn up to this (and told so through their timestep),
+    # which rendering's `context_noise` uses to blur the prefix's pixel-level artefacts. Context
+    # frames carry no loss either way. 0: off (the shipped base recipe).
+    self_context: float = 0.0
+    self_context_sigma: tuple[float, float] = (0.2, 0.7)
+    context_noise: float = 0.0
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at

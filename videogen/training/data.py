@@ -15,6 +15,7 @@ run would.
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 import torch
 
@@ -22,7 +23,14 @@ from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
 from videogen.training.scenes import Scene, canonical_start, random_scene, render_scene
 
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str], torch.Tensor]
+
+class Batch(NamedTuple):
+    latents: torch.Tensor  # (B, C, F, h, w) the clean clips
+    sigmas: torch.Tensor  # (B, F) each latent frame's noise level (context frames: 0 or `context_noise`)
+    noise: torch.Tensor  # like latents
+    captions: list[str]
+    frames: torch.Tensor  # (B, F) each latent frame's index in its video (the moving frames' clock)
+    context: torch.Tensor  # (B, F) bool: a clean context frame (prefix, clean chunk): no loss
 
 
 def shifted_sigma(u: torch.Tensor, shift: float) -> torch.Tensor:
@@ -86,9 +94,10 @@ def _place_scene(scene: Scene, made_from_scratch: bool, rng: random.Random) -> t
 
 
 def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
-    """(latents (B,C,F,h,w), sigmas (B,F), noise, captions, frames (B,F)) for `step`, deterministic
-    from (seed, step). `frames`: each clip's latent frames' indices in its video (0..F-1; for the
-    causal variant, a clip that continues a clean first frame sits anywhere in a long stream)."""
+    """The `Batch` of `step`, deterministic from (seed, step). `frames`: each clip's latent frames'
+    indices in its video (0..F-1; for the causal variant, a clip that continues a clean first frame
+    sits anywhere in a long stream). With `cfg.context_noise`, half the clips' context frames are
+    noised to one level drawn up to it (they stay `context`: no loss)."""
     rng = random.Random(cfg.seed * 1_000_003 + step)
     frames_lat = rng.choice(cfg.latent_frames)
     if cfg.causal_chunk:  # the first frame alone, then whole chunks (at least two: context + generated)
@@ -109,4 +118,10 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
     latents = codec.encode(video)
     noise = torch.randn(latents.shape, generator=g)
-    return latents, sigmas, noise, captions, frames
+    context = sigmas == 0
+    if cfg.context_noise > 0:  # drawn from their own generator: the base recipe's batches stay as they were
+        gc = torch.Generator().manual_seed(cfg.seed * 7_919 + step + 1_000_000_007)
+        level = cfg.context_noise * torch.rand(batch, 1, generator=gc)
+        noisy = context & (torch.rand(batch, 1, generator=gc) < 0.5)
+        sigmas = torch.where(noisy, level.expand_as(sigmas), sigmas)
+    return Batch(latents, sigmas, noise, captions, frames, context)

@@ -23,7 +23,8 @@ from videogen.training.scenes import canonical_start, random_scene, render_scene
 
 def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, sigmas: torch.Tensor, noise: torch.Tensor,
                        captions: list[str], loss: str = "hybrid", causal_chunk: int = 0, v_floor: float = 0.5,
-                       frames: torch.Tensor | None = None, motion_weight: float = 0.0) -> torch.Tensor:  # fmt: skip
+                       frames: torch.Tensor | None = None, motion_weight: float = 0.0,
+                       context: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
     `videogen.sampling.loop.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
@@ -33,21 +34,16 @@ def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, si
     frame-to-frame change inside each latent frame (the codec's 4 video frames of one token): an
     error shared by all 4 frames (a shape drawn a little off) adds nothing, while drawing the 4
     frames alike where the object moves (4 Hz stutter) is an error on every moving edge in
-    every frame step."""
+    every frame step.
+
+    `context` (B, F) bool: clean-context frames (a prefix, the causal variant's clean chunks),
+    which carry no loss even when noised (`TrainConfig.context_noise`); default: sigma == 0."""
     b, c, f, h, w = latents.shape
     s = sigmas.view(b, 1, f, 1, 1)
     noisy = (1 - s) * latents + s * noise
-    tokens_per_frame = (h // 2) * (w // 2)
-    timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
-    text = encoder.encode_train(captions)
-    inputs = encoder.condition(noisy, None, text, frames)
-    if causal_chunk:
-        from videogen.sampling.forward import block_causal_forward
-
-        x0 = block_causal_forward(transformer, inputs, timestep, text, causal_chunk)
-    else:
-        x0 = transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
-    weight = (sigmas > 0).float().view(b, 1, f, 1, 1)  # clean prefix frames carry no loss
+    x0 = predict_clean(transformer, encoder, noisy, sigmas, encoder.encode_train(captions), frames, causal_chunk)
+    generated = ~context if context is not None else sigmas > 0
+    weight = generated.float().view(b, 1, f, 1, 1)  # clean-context frames carry no loss
     # The velocity error is the x0 error / sigma (x_sigma - sigma v = x0 exactly), so the v-loss is
     # the x0 loss weighted 1/sigma^2; only that weight is capped, at 1/v_floor^2 (flooring sigma
     # inside the implied velocity instead would move the target below the floor, not just weight it).
@@ -66,6 +62,21 @@ def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, si
         err2 = err2 + motion_weight * frame_step_err2(err)
     err2 = per_sample * err2
     return (err2 * weight).sum() / (weight.sum() * c * h * w).clamp_min(1)
+
+
+def predict_clean(transformer: Any, encoder: Any, noisy: torch.Tensor, sigmas: torch.Tensor, text: torch.Tensor,
+                  frames: torch.Tensor | None, causal_chunk: int = 0) -> torch.Tensor:  # fmt: skip
+    """The transformer's clean-sample prediction for `noisy` (B, C, F, h, w) at per-latent-frame
+    noise levels `sigmas` (B, F), with the built-in model's conditioning channels."""
+    h, w = noisy.shape[3:]
+    tokens_per_frame = (h // 2) * (w // 2)
+    timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
+    inputs = encoder.condition(noisy, None, text, frames)
+    if causal_chunk:
+        from videogen.sampling.forward import block_causal_forward
+
+        return block_causal_forward(transformer, inputs, timestep, text, causal_chunk)
+    return transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
 
 
 def frame_step_err2(err: torch.Tensor) -> torch.Tensor:

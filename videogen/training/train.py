@@ -29,6 +29,7 @@ from videogen.errors import InvalidOption
 from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
 from videogen.models.codec import PixelCodec
 from videogen.training.config import TrainConfig
+from videogen.training.context import own_context
 from videogen.training.data import Batch, make_batch
 from videogen.training.loss import flow_matching_loss
 from videogen.training.optim import build_optimizer
@@ -94,7 +95,7 @@ def train_builtin(
             total = budget_steps(cfg, step, rate, elapsed)
             log(f"time budget {cfg.minutes:g} min: {total} steps at {rate:.2f} steps/s (the same run: --steps {total})")
         t_step = time.perf_counter()
-        batch = make_batch(cfg, step, codec)
+        batch = own_context(transformer, encoder, make_batch(cfg, step, codec), cfg, step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total)
         try:
@@ -166,9 +167,8 @@ def _update_ema(ema: dict[str, torch.Tensor], transformer: torch.nn.Module, enco
 
 def _backward(transformer: Any, encoder: Any, opt: Any, batch: Batch, cfg: TrainConfig) -> torch.Tensor:
     """The loss of `batch`, its gradients computed (not yet applied)."""
-    latents, sigmas, noise, captions, frames = batch
-    loss = flow_matching_loss(transformer, encoder, latents, sigmas, noise, captions, cfg.loss, cfg.causal_chunk,
-                              cfg.v_floor, frames, cfg.motion_weight)  # fmt: skip
+    loss = flow_matching_loss(transformer, encoder, batch.latents, batch.sigmas, batch.noise, batch.captions, cfg.loss,
+                              cfg.causal_chunk, cfg.v_floor, batch.frames, cfg.motion_weight, batch.context)  # fmt: skip
     opt.zero_grad(set_to_none=True)
     loss.backward()
     return loss
