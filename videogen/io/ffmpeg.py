@@ -34,6 +34,20 @@ def pipe_channels(pix_fmt: str) -> int:
     return PIPE_PIX_FMTS[pix_fmt]
 
 
+# Colour-exact conversion. swscale's default RGB<->YUV path rounds inexactly and interpolates chroma
+# coarsely: every encode/decode round trip darkened frames by about one code value (-1.1/-1.5/-0.9
+# RGB on gradients, about -0.6 L*), which a chain of extensions or `drift fix` passes compounds.
+# Our MP4s are converted with an explicit BT.709 matrix, limited range, accurate rounding and full
+# chroma interpolation, and say so in their tags (colour primaries, transfer, matrix, range), so
+# players show what was made. Decoding reads the matrix from the stream's tags (BT.601 if a file
+# has none, as players assume) with the same accurate rounding.
+_SWS = "accurate_rnd+full_chroma_int+full_chroma_inp"
+TO_YUV = (f"scale=out_color_matrix=bt709:out_range=tv:flags={_SWS},"
+          "setparams=color_primaries=bt709:color_trc=bt709:colorspace=bt709:range=tv")  # fmt: skip
+FROM_YUV = f"scale=in_color_matrix=auto:in_range=auto:flags={_SWS}"
+BT709_TAGS = {"color_primaries": "bt709", "color_trc": "bt709", "colorspace": "bt709", "color_range": "tv"}
+
+
 def _quiet(stream: Any) -> Any:
     return stream.global_args("-hide_banner", "-loglevel", "error")
 
@@ -45,14 +59,15 @@ def encode_command(
     so browsers start playing before the download ends), no audio, overwriting."""
     frames = ffmpeg.input("pipe:0", format="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", r=f"{fps:g}")
     stream = frames.output(
-        str(output), an=None, vcodec="libx264", preset=preset, crf=crf, pix_fmt="yuv420p", movflags="+faststart"
-    )
+        str(output), an=None, vf=TO_YUV, vcodec="libx264", preset=preset, crf=crf, pix_fmt="yuv420p",
+        movflags="+faststart", **BT709_TAGS,
+    )  # fmt: skip
     return ffmpeg.compile(_quiet(stream).overwrite_output(), cmd=ffmpeg_exe())
 
 
 def decode_command(path: str | os.PathLike, pix_fmt: str) -> list[str]:
     """The first video stream of `path` -> raw `pix_fmt` frames on stdout."""
-    stream = ffmpeg.input(str(path))["v:0"].output("pipe:1", format="rawvideo", pix_fmt=pix_fmt)
+    stream = ffmpeg.input(str(path))["v:0"].output("pipe:1", format="rawvideo", vf=FROM_YUV, pix_fmt=pix_fmt)
     return ffmpeg.compile(_quiet(stream), cmd=ffmpeg_exe())
 
 
