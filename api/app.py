@@ -5,7 +5,8 @@
 `workers` are objects with `start()`, `stop()` and `alive`, started and stopped with the app
 (embedded mode passes its in-process worker; the API itself never imports `workers/`). A reaper
 thread requeues jobs whose worker vanished (its lease ran out), removes outputs past
-`expires_at`, and removes the spools of finished live streams (`api.spool`).
+`expires_at`, and removes the spools of finished live streams (`api.spool`). A `WebhookSender`
+thread delivers the jobs' webhook events (`api.webhooks`); `/metrics` is `api.metrics`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from .catalog import ModelCatalog
+from .console import install_console
 from .dispatch import CeleryQueue, QueueUnavailable, StoreQueue
 from .errors import error_body, install_error_handlers
 from .limits import BodySizeLimit, max_body_bytes
+from .metrics import ApiMetrics, metrics_endpoint
 from .openapi import install_openapi
 from .settings import ServiceSettings
-from .storage import OutputStorage
+from .storage import open_storage
 from .store import JobStore
 from .streams import router as streams_router
 from .tables import TERMINAL
 from .videos import Service, router
+from .webhooks import WebhookSender
 
 log = logging.getLogger("videogen.api")
 
@@ -60,7 +64,11 @@ class Reaper:
                 except QueueUnavailable:  # `redispatch` sends it when the broker is back
                     pass
         for job in svc.store.expired():
-            svc.storage.remove(job.id)
+            try:
+                svc.storage.remove(job.id)
+            except OSError as exc:  # the bucket failed: the next pass tries again
+                log.warning("job %s: outputs not removed yet: %s", job.id, exc)
+                continue
             svc.store.purge(job.id)
             log.info(
                 "job %s tenant %s: outputs removed (%s)", job.id, job.tenant, "deleted" if job.deleted else "expired"
@@ -115,7 +123,7 @@ def build_service(settings: ServiceSettings) -> Service:
                      tenant_weights=settings.tenant_weight_table)  # fmt: skip
     queue = (CeleryQueue(settings.redis_url, settings.queue, settings.visibility_timeout)
              if settings.fleet else StoreQueue())  # fmt: skip
-    return Service(settings, store, OutputStorage(data, settings.min_free_bytes), ModelCatalog(settings), queue)
+    return Service(settings, store, open_storage(settings), ModelCatalog(settings), queue)
 
 
 def create_app(settings: ServiceSettings | None = None, *, service: Service | None = None,
@@ -124,6 +132,9 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
     service = service or build_service(settings)
     workers = list(workers or [])
     reaper = Reaper(service, settings.reaper_interval_seconds)
+    metrics = ApiMetrics(service, workers)
+    webhooks = WebhookSender(service.store, service.webhooks,
+                             on_attempt=lambda result: metrics.webhook_attempts.labels(result).inc())  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -134,6 +145,7 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
         reaper.start()
+        webhooks.start()
         for w in workers:
             w.start()
         log.info("videogen API ready: %s mode, data in %s", service.queue.mode, settings.data_path)
@@ -141,22 +153,29 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
         for w in workers:
             w.stop()
         reaper.stop()
+        webhooks.stop()
 
-    app = FastAPI(title="videogen", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="videogen", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.service = service
     app.state.workers = workers
     app.state.reaper = reaper
+    app.state.webhooks = webhooks
+    app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app, settings.max_prompt_chars)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes(settings))
     app.include_router(router)
     app.include_router(streams_router)
+    install_console(app)  # the page at /, and /docs with local assets
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
+
+    app.add_api_route("/metrics", metrics_endpoint(metrics, settings.metrics_token), methods=["GET"],
+                      tags=["health"], include_in_schema=False)  # fmt: skip
 
     @app.get("/readyz", tags=["health"])
     def readyz():
@@ -171,6 +190,9 @@ def create_app(settings: ServiceSettings | None = None, *, service: Service | No
             checks["database"] = f"error: {type(exc).__name__}"
         problem = service.storage.problem()
         checks["data_dir"] = "ok" if problem is None else f"error: {problem}"
+        if service.storage.remote is not None:  # the bucket outputs live in (VIDEOGEN_STORAGE_URL)
+            problem = service.storage.remote_problem()
+            checks["object_storage"] = "ok" if problem is None else f"error: {problem}"
         try:
             service.queue.ping()
             checks["queue"] = "ok"

@@ -80,6 +80,22 @@ VIDEO = {
         "stream": {"type": ["object", "null"]},
         "retries_used": {"type": "integer", "minimum": 0},
         "segment_retries": {"type": "array", "items": {"type": "object"}},
+        "webhook": {
+            "anyOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": ["url", "status", "attempts"],
+                    "properties": {
+                        "url": {"type": "string"},
+                        "status": {"type": "string", "enum": ["waiting", "pending", "delivered", "failed"]},
+                        "event_id": {"type": ["string", "null"]},
+                        "attempts": {"type": "integer", "minimum": 0},
+                        "last_error": {"type": ["string", "null"]},
+                    },
+                },
+            ]
+        },
     },
 }
 VIDEO_LIST = {

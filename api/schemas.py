@@ -5,7 +5,8 @@ completed_at, expires_at, seconds, size, prompt, remixed_from_video_id, error) p
 `extended_from_video_id`, `steps_done`/`steps_total`, `segments_done`/`segments_total`,
 `started_at`, `stream` (null, or a live stream's frames, chunks and prompt switches), and the
 health gate's re-samplings: `retries_used` and `segment_retries` (`{segment, attempt, reasons}`
-each; a stream's chunks count as segments). Status
+each; a stream's chunks count as segments), and `webhook` (null, or the delivery of the job's
+webhook event: `api.webhooks`). Status
 adds `cancelled` to OpenAI's four.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .tables import Job
+from .webhooks import webhook_object
 
 
 class ShotParam(BaseModel):
@@ -44,6 +46,7 @@ class CreateParams(BaseModel):
     health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
     shots: list[ShotParam] | None = Field(None, min_length=1)
     stream: bool = False  # a live stream: frames are served as they are made (docs/service.md)
+    webhook_url: str | None = None  # video.completed/failed/cancelled go here (`api.webhooks`); default: the tenant's
 
 
 class ExtendParams(BaseModel):
@@ -54,6 +57,7 @@ class ExtendParams(BaseModel):
     seconds: float
     video: dict[str, str]
     drift_correction: dict[str, Any] | None = None  # merged over the source's; e.g. {"anchor": "source"}
+    webhook_url: str | None = None  # as in `CreateParams`
 
 
 class PromptParams(BaseModel):
@@ -94,6 +98,7 @@ def video_object(job: Job) -> dict[str, Any]:
         "stream": stream_object(job) if job.is_stream else None,
         "retries_used": len(job.spec.get("segment_retries", [])),
         "segment_retries": job.spec.get("segment_retries", []),
+        "webhook": webhook_object(job),
     }
 
 

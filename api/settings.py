@@ -11,6 +11,9 @@ already knows: `DATABASE_URL` and `REDIS_URL`.
     VIDEOGEN_DEFAULT_MODEL   model used when a request names none ("" = the preset default)
     VIDEOGEN_TENANT_MAX_RUNNING, _MAX_QUEUED, _RATE, _BURST   per-tenant fair-share limits (0 = none)
     VIDEOGEN_TENANT_WEIGHTS  "tenantA:2,..." turns per round in fair-share dispatch (default 1)
+    VIDEOGEN_WEBHOOKS, _WEBHOOK_SECRET(S), _WEBHOOK_ALLOW_HOSTS   webhook deliveries (`api.webhooks`)
+    VIDEOGEN_METRICS_TOKEN   set: `/metrics` needs `Authorization: Bearer <token>`
+    VIDEOGEN_STORAGE_URL     "s3://bucket/prefix": outputs in a bucket (AWS_ENDPOINT_URL, AWS_* credentials)
 """
 
 from __future__ import annotations
@@ -98,6 +101,28 @@ class ServiceSettings(BaseSettings):
     tenant_rate: float = 0.0  # creates per minute
     tenant_burst: int = 0  # bucket size; 0 = max(1, tenant_rate / 6), i.e. 10 s of the rate
     tenant_weights: str = ""  # "tenantA:2,tenantB:0.5": turns per round in dispatch (default 1)
+    # Webhooks (`api.webhooks`, docs/service.md "Webhooks"): a tenant's default URL, the signing
+    # secrets (`whsec_<base64>`; a tenant's own, else the server-wide one), the hosts a URL may name
+    # besides public https ones, the waits between attempts (s; one more attempt after each), the
+    # timeout of one attempt and how often the sender looks for due deliveries.
+    webhooks: str = ""  # "tenantA=https://hooks.example.com/videogen,..."
+    webhook_secret: str = Field("", repr=False)
+    webhook_secrets: str = Field("", repr=False)  # "tenantA=whsec_...,..."
+    webhook_allow_hosts: str = ""  # "127.0.0.1,hooks.internal": any scheme, any address
+    webhook_retry_seconds: str = "5,30,120,600,1800,3600,7200,14400,28800,28800"  # ~24 h in all, 11 attempts
+    webhook_timeout_seconds: float = 5.0
+    webhook_poll_seconds: float = 1.0
+    # `/metrics` (`api.metrics`): open to anyone who reaches the port unless a token is set
+    # (then `Authorization: Bearer <token>`). Worker processes: `videogen worker --metrics-port`.
+    metrics_token: str = Field("", repr=False)
+    worker_metrics_port: int = 0  # a Celery worker serves its /metrics on this port (0: none)
+    worker_metrics_host: str = "0.0.0.0"
+    # Outputs in an S3-compatible bucket ("s3://bucket/prefix"; endpoint, credentials and region from the
+    # usual AWS variables) instead of only the data dir (`api.s3storage`). `/content` streams from it, or
+    # with `storage_redirect` answers 307 to a presigned URL valid `storage_redirect_seconds`.
+    storage_url: str = ""
+    storage_redirect: bool = False
+    storage_redirect_seconds: int = Field(300, ge=1, le=7 * 24 * 3600)
 
     @cached_property
     def tenant_by_key_hash(self) -> dict[str, str]:

@@ -7,6 +7,12 @@ user input: every public method checks the id is one of ours (`video_` + 32 hex 
     <data_dir>/work/<job_id>/            the render's per-segment checkpoints (crash resume)
     <data_dir>/streams/<job_id>/         a stream job's live frames (`api.spool`; removed by the
                                          reaper `stream_spool_keep_seconds` after the job ends)
+
+With a bucket (`VIDEOGEN_STORAGE_URL=s3://...`, `remote`: api.s3storage) the outputs' home is the
+bucket: a worker still renders into the local paths above, then `publish` uploads the finished
+files and removes the local copies; an uploaded `input_reference` goes straight to the bucket; an
+extension's worker downloads the source's files into its own work dir (`source_files`). Work dirs
+(checkpoints) and stream spools stay local (see docs/service.md, "Object storage").
 """
 
 from __future__ import annotations
@@ -21,10 +27,24 @@ from pathlib import Path
 from .tables import is_job_id
 
 
+def open_storage(settings, min_free_bytes: int | None = None) -> OutputStorage:
+    """The storage `settings` ask for: the data dir (free-space floor `min_free_bytes`, default the
+    setting's), plus the bucket of `storage_url` when set (raises `api.s3storage.StorageConfigError`
+    for a URL that cannot be used)."""
+    remote = None
+    if settings.storage_url:
+        from .s3storage import S3ObjectStore
+
+        remote = S3ObjectStore(settings.storage_url, settings.storage_redirect_seconds)
+    floor = settings.min_free_bytes if min_free_bytes is None else min_free_bytes
+    return OutputStorage(settings.data_path, floor, remote=remote)
+
+
 class OutputStorage:
-    def __init__(self, data_dir: Path, min_free_bytes: int = 0) -> None:
+    def __init__(self, data_dir: Path, min_free_bytes: int = 0, remote=None) -> None:
         self.root = Path(data_dir)
         self.min_free_bytes = min_free_bytes
+        self.remote = remote  # an `api.s3storage.S3ObjectStore`, or None: outputs stay under the data dir
         self._last_check: tuple[float, str | None] = (float("-inf"), None)
         (self.root / "outputs").mkdir(parents=True, exist_ok=True)
         (self.root / "work").mkdir(parents=True, exist_ok=True)
@@ -106,6 +126,59 @@ class OutputStorage:
         shutil.rmtree(self.stream_dir(job_id), ignore_errors=True)
 
     def remove(self, job_id: str) -> None:
+        """The job's files; with a bucket also its objects (an `OSError` when the bucket fails: the
+        reaper tries again)."""
         shutil.rmtree(self.output_dir(job_id), ignore_errors=True)
         self.remove_work(job_id)
         self.remove_stream(job_id)
+        if self.remote is not None:
+            self.remote.delete(self._checked(job_id))
+
+    # -- a bucket (`remote`); each is the local behaviour without one ------------------------------
+    def remote_problem(self) -> str | None:
+        """Why the bucket cannot be used now (None: fine, or no bucket). `/readyz` and start-up ask."""
+        return None if self.remote is None else self.remote.problem()
+
+    def save_input(self, job_id: str, data: bytes) -> Path:
+        """Store an uploaded `input_reference`; returns the path the spec names (a worker fetches it
+        there first with `input_file` when it lives in the bucket)."""
+        path = self.input_image(job_id)
+        if self.remote is not None:
+            self.remote.put_bytes(data, job_id, path.name)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return path
+
+    def input_file(self, job_id: str) -> Path:
+        """The job's `input_reference` on this machine (downloaded from the bucket if need be)."""
+        path = self.input_image(job_id)
+        if self.remote is not None and not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.remote.download(job_id, path.name, path)
+        return path
+
+    def source_files(self, source_id: str, job_id: str) -> tuple[Path, Path, Path]:
+        """(video, tail, thumbnail) of an extension's source on this machine: with a bucket,
+        downloaded into the extension's work dir (removed with it); a missing one is not there."""
+        if self.remote is None:
+            return self.video(source_id), self.tail(source_id), self.thumbnail(source_id)
+        into = self.workdir(job_id) / "source"
+        into.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for local in (self.video(source_id), self.tail(source_id), self.thumbnail(source_id)):
+            path = into / local.name
+            if not path.is_file():
+                self.remote.download(source_id, local.name, path)
+            paths.append(path)
+        return paths[0], paths[1], paths[2]
+
+    def publish(self, job_id: str) -> None:
+        """A finished job's files go to the bucket and leave this machine (no-op without a bucket)."""
+        if self.remote is None:
+            return
+        out = self.output_dir(job_id)
+        for path in sorted(out.iterdir()) if out.is_dir() else []:
+            if path.is_file() and path.name != "extension.mp4":
+                self.remote.upload(path, job_id, path.name)
+        shutil.rmtree(out, ignore_errors=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,7 @@ class JobStore:
         self._write_session = sessionmaker(self.engine.execution_options(sqlite_begin="BEGIN IMMEDIATE"),
                                            expire_on_commit=False)  # fmt: skip
         Base.metadata.create_all(self.engine)
+        _add_missing_columns(self.engine)  # columns added since a store file was created (webhook_*)
         for index in Job.__table__.indexes:  # indexes added since a store file was created
             index.create(self.engine, checkfirst=True)
 
@@ -417,6 +419,53 @@ class JobStore:
         with self.session() as s:
             return dict(s.execute(select(Job.status, func.count()).group_by(Job.status)).all())
 
+    def count_by_status_tenant(self) -> dict[tuple[str, str], int]:
+        """(status, tenant) -> jobs (deleted ones included until purged): `/metrics`' `videogen_jobs`."""
+        with self.session() as s:
+            rows = s.execute(select(Job.status, Job.tenant, func.count()).group_by(Job.status, Job.tenant)).all()
+            return {(status, tenant): n for status, tenant, n in rows}
+
+    # -- webhooks (`api.webhooks`) ------------------------------------------------------------
+    def due_webhooks(self, now: float | None = None, limit: int = 50) -> builtins.list[Job]:
+        """Jobs whose webhook delivery is pending and due (`webhook_next_at` past)."""
+        now = time.time() if now is None else now
+        with self.session() as s:
+            q = select(Job).where(Job.webhook_status == "pending", Job.webhook_next_at <= now)
+            return list(s.scalars(q.order_by(Job.webhook_next_at).limit(limit)))
+
+    def claim_webhook(self, job_id: str, hold_until: float) -> bool:
+        """Take a due delivery for one attempt (several API processes share the store): pushes
+        `webhook_next_at` to `hold_until`, so a sender that dies mid-attempt leaves it due again."""
+        now = time.time()
+        with self.write() as s:
+            result = cast(CursorResult, s.execute(
+                update(Job).where(Job.id == job_id, Job.webhook_status == "pending", Job.webhook_next_at <= now)
+                .values(webhook_next_at=hold_until)))  # fmt: skip
+            return result.rowcount == 1
+
+    def record_webhook(self, job_id: str, *, delivered: bool, error: str | None, retry_at: float | None) -> Job | None:
+        """One delivery attempt's outcome: delivered; or failed with `error`, again at `retry_at`
+        (None: no more attempts, the delivery failed)."""
+        with self.write() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.webhook_status != "pending":
+                return None
+            job.webhook_attempts = (job.webhook_attempts or 0) + 1
+            job.webhook_last_error = None if delivered else (error or "")[:500]
+            if delivered:
+                job.webhook_status, job.webhook_next_at = "delivered", None
+            elif retry_at is None:
+                job.webhook_status, job.webhook_next_at = "failed", None
+            else:
+                job.webhook_next_at = retry_at
+        log.info("job %s tenant %s: webhook %s attempt %d %s", job.id, job.tenant, job.webhook_event,
+                 job.webhook_attempts, "delivered" if delivered else f"failed ({error}); {job.webhook_status}")  # fmt: skip
+        return job
+
+    def pending_webhooks(self) -> int:
+        with self.session() as s:
+            return s.scalar(select(func.count()).where(Job.webhook_status == "pending")) or 0
+
     # -- internals ---------------------------------------------------------------------------
     def _owned(self, s: Session, job_id: str, worker: str) -> Job | None:
         job = s.get(Job, job_id)
@@ -437,6 +486,9 @@ class JobStore:
         job.completed_at = time.time()
         job.expires_at = job.completed_at + self.output_ttl
         job.lease_owner = job.lease_expires = None
+        if job.webhook_url and not job.deleted:  # `api.webhooks.WebhookSender` delivers it (a deleted job: none)
+            job.webhook_event, job.webhook_status = "evt_" + secrets.token_hex(16), "pending"
+            job.webhook_attempts, job.webhook_next_at = 0, job.completed_at
         data = {"status": status, **self._counts(job)}
         if job.error_code:
             data["error"] = {"code": job.error_code, "message": job.error_message, "param": job.error_param}
@@ -455,6 +507,29 @@ class JobStore:
     @staticmethod
     def _log(job: Job, what: str, status: str) -> None:
         log.info("job %s tenant %s: %s -> %s", job.id, job.tenant, what, status)
+
+
+def _add_missing_columns(engine) -> None:
+    """`ALTER TABLE ... ADD COLUMN` for the job table's columns an older store lacks (all nullable or
+    defaulted). Idempotent; a second process adding the same column at once loses the race harmlessly."""
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import DBAPIError
+
+    table = Job.__table__
+    have = {c["name"] for c in inspect(engine).get_columns(table.name)}
+    for column in table.columns:
+        if column.name in have:
+            continue
+        ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {column.type.compile(engine.dialect)}"
+        if column.default is not None and column.default.is_scalar and column.default.arg is not None:
+            ddl += f" DEFAULT {column.default.arg!r}"
+        try:
+            with engine.begin() as c:
+                c.exec_driver_sql(ddl)
+            log.info("job store: added column %s.%s", table.name, column.name)
+        except DBAPIError:  # another process added it first
+            if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                raise
 
 
 def _sqlite_begin(conn) -> None:

@@ -33,7 +33,8 @@ class Job(Base):
 
     __tablename__ = "videogen_jobs"
     # Fair-share dispatch asks when each waiting tenant's last job started (`JobStore.next_queued`).
-    __table_args__ = (Index("ix_videogen_jobs_tenant_started", "tenant", "started_at"),)
+    __table_args__ = (Index("ix_videogen_jobs_tenant_started", "tenant", "started_at"),
+                      Index("ix_videogen_jobs_webhook_due", "webhook_status", "webhook_next_at"))  # fmt: skip
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(200), index=True)
@@ -62,6 +63,14 @@ class Job(Base):
     started_at: Mapped[float | None] = mapped_column(Float, default=None)
     completed_at: Mapped[float | None] = mapped_column(Float, default=None)
     expires_at: Mapped[float | None] = mapped_column(Float, default=None)
+    # Webhook delivery (`api.webhooks`): the URL (the job's own or its tenant's), and once the job has
+    # ended the event (`evt_...`, the same `webhook-id` on every retry) and its delivery state.
+    webhook_url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    webhook_event: Mapped[str | None] = mapped_column(String(40), default=None)
+    webhook_status: Mapped[str | None] = mapped_column(String(16), default=None)  # pending | delivered | failed
+    webhook_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    webhook_next_at: Mapped[float | None] = mapped_column(Float, default=None)
+    webhook_last_error: Mapped[str | None] = mapped_column(Text, default=None)
 
     @property
     def is_stream(self) -> bool:

@@ -11,7 +11,7 @@ import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -30,6 +30,7 @@ from .schemas import CreateParams, ExtendParams, video_object
 from .storage import OutputStorage
 from .store import JobStore, TenantQueueFull
 from .tables import COMPLETED, TERMINAL, Job, is_job_id, new_job_id
+from .webhooks import WebhookConfig
 
 log = logging.getLogger("videogen.api")
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
@@ -44,6 +45,7 @@ class Service:
     def __init__(self, settings, store: JobStore, storage: OutputStorage, catalog: ModelCatalog, queue) -> None:
         self.settings, self.store, self.storage, self.catalog, self.queue = settings, store, storage, catalog, queue
         self.rate_limiter = CreateRateLimiter(settings.tenant_rate, settings.tenant_burst)  # per tenant
+        self.webhooks = WebhookConfig.from_settings(settings)  # `videogen serve` checked it at start-up
 
 
 def get_service(request: Request) -> Service:
@@ -225,6 +227,23 @@ async def _submit(svc: Service, job: Job) -> JSONResponse:
     return JSONResponse(video_object(job))
 
 
+def _webhook_url(svc: Service, tenant: str, url: str | None) -> str | None:
+    """The job's webhook URL: the request's (checked: `WebhookConfig.url_problem`; "" = none), else
+    the tenant's (`VIDEOGEN_WEBHOOKS`). Resolves the host: run it in a thread."""
+    if url is None:
+        return svc.webhooks.tenant_urls.get(tenant)
+    if url == "":
+        return None
+    problem = svc.webhooks.url_problem(url)
+    if problem is not None:
+        raise APIError(400, f"Invalid 'webhook_url' ({url[:100]!r}): it {problem}.", param="webhook_url",
+                       code="invalid_value")  # fmt: skip
+    if svc.webhooks.key_for(tenant) is None:
+        raise APIError(400, "'webhook_url' cannot be used: this server has no webhook signing secret for your "
+                       "tenant (ask its operator).", param="webhook_url", code="unsupported_parameter")  # fmt: skip
+    return url
+
+
 def _owned(svc: Service, tenant: str, video_id: str) -> Job:
     job = svc.store.get(tenant, video_id) if is_job_id(video_id) else None
     if job is None:
@@ -238,27 +257,34 @@ async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     fields, upload = await read_params(request, svc)
     image = await read_upload(upload, svc)
     params = _validated(CreateParams, fields)
+    hook = await run_in_threadpool(_webhook_url, svc, tenant, params.webhook_url)
     if params.stream:
         if image is not None:
             raise APIError(400, "'input_reference' cannot be combined with 'stream'.", param="input_reference",
                            code="unsupported_parameter")  # fmt: skip
-        return await _submit(svc, _new_stream_job(svc, tenant, params))
+        job = _new_stream_job(svc, tenant, params)
+        job.webhook_url = hook
+        return await _submit(svc, job)
     spec = spec_from_params(params)
     entry = svc.catalog.resolve(params.model)
     checked = svc.catalog.check(spec, entry)
     prompt = params.prompt if params.prompt is not None else " | ".join(s.prompt for s in spec.shots)
     job = _new_job(tenant, entry, checked, prompt)
+    job.webhook_url = hook
     if image is not None:  # stored under the job's own folder; the path comes from the job id only
-        path = svc.storage.input_image(job.id)
         await run_in_threadpool(_ensure_storage, svc)
-        await run_in_threadpool(_save_bytes, path, image)
+        path = await run_in_threadpool(_save_input, svc, job.id, image)
         job.spec = {**job.spec, "image": str(path)}
     return await _submit(svc, job)
 
 
-def _save_bytes(path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+def _save_input(svc: Service, job_id: str, data: bytes):
+    try:
+        return svc.storage.save_input(job_id, data)
+    except OSError as exc:  # the bucket failed (a local disk failure is caught by _ensure_storage first)
+        log.warning("job %s: the upload could not be stored: %s", job_id, exc)
+        raise APIError(503, "The server cannot store new videos right now (its object storage does not answer); "
+                       "retry later.", code="storage_error") from None  # fmt: skip
 
 
 @router.post("/extensions")
@@ -273,6 +299,7 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
         raise APIError(400, "Only videos of this server can be extended: pass video={'id': ...}.", param="video",
                        code="unsupported_parameter")  # fmt: skip
     params = _validated(ExtendParams, fields)
+    hook = await run_in_threadpool(_webhook_url, svc, tenant, params.webhook_url)
     source_id = params.video.get("id", "")
     source = await run_in_threadpool(_owned, svc, tenant, source_id)
     if source.status != COMPLETED:
@@ -289,6 +316,7 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     checked = svc.catalog.check(spec, entry, extends=True)
     job = _new_job(tenant, entry, checked, params.prompt, source=source.id)
     job.seconds = _seconds_str(float(source.seconds) + spec.seconds)  # the whole extended video
+    job.webhook_url = hook
     return await _submit(svc, job)
 
 
@@ -320,8 +348,11 @@ def delete_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, An
     if job is None:
         raise not_found(video_id)
     if job.status in TERMINAL:  # a running job's files go when its worker stops (the reaper purges it)
-        svc.storage.remove(job.id)
-        svc.store.purge(job.id)
+        try:
+            svc.storage.remove(job.id)
+            svc.store.purge(job.id)
+        except OSError as exc:  # the bucket failed: deleted for the caller; the reaper removes the objects
+            log.warning("job %s: outputs not removed yet: %s", job.id, exc)
     return {"id": video_id, "object": "video.deleted", "deleted": True}
 
 
@@ -339,7 +370,8 @@ def cancel_video(video_id: str, tenant: CurrentTenant, svc: Svc) -> dict[str, An
 @router.get("/{video_id}/content")
 def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
                      variant: Literal["video", "thumbnail", "spritesheet", "drift_report", "drift_plot"] = "video",
-                     ) -> FileResponse:  # fmt: skip
+                     range_header: Annotated[str | None, Header(alias="Range", include_in_schema=False)] = None,
+                     ) -> Response:  # fmt: skip
     job = _owned(svc, tenant, video_id)
     if variant == "spritesheet":
         raise APIError(400, "variant 'spritesheet' is not available on this server.", param="variant",
@@ -353,10 +385,41 @@ def download_content(video_id: str, tenant: CurrentTenant, svc: Svc,
         "drift_report": (svc.storage.drift_report(job.id), "application/json", "drift.json"),  # ours
         "drift_plot": (svc.storage.drift_plot(job.id), "image/png", "drift.png"),  # ours
     }[variant]
+    gone = APIError(404, f"The {variant} of '{video_id}' is gone (expired or deleted).", param="variant",
+                    code="not_found")  # fmt: skip
+    if svc.storage.remote is not None:
+        return _remote_content(svc, job.id, path.name, media, f"{job.id}.{ext}", range_header, gone)
     if not path.is_file():
-        raise APIError(404, f"The {variant} of '{video_id}' is gone (expired or deleted).", param="variant",
-                       code="not_found")  # fmt: skip
+        raise gone
     return FileResponse(path, media_type=media, filename=f"{job.id}.{ext}")
+
+
+def _remote_content(svc: Service, job_id: str, name: str, media: str, filename: str, range_header: str | None,
+                    gone: APIError) -> Response:  # fmt: skip
+    """A variant in the bucket: a 307 to a presigned URL (`storage_redirect`), or its bytes streamed
+    through the API, one `Range` honoured (206) like the local file's."""
+    remote = svc.storage.remote
+    try:
+        if svc.settings.storage_redirect:
+            if remote.size(job_id, name) is None:
+                raise gone
+            return RedirectResponse(remote.presign(job_id, name, filename, media), 307,
+                                    headers={"Cache-Control": "no-store"})  # fmt: skip
+        obj = remote.open(job_id, name, range_header)
+    except OSError as exc:
+        log.warning("job %s: the bucket did not serve %s: %s", job_id, name, exc)
+        raise APIError(503, "The server's object storage does not answer; retry later.", code="storage_error") from None
+    if obj is None:
+        raise gone
+    if "unsatisfiable" in obj:
+        return Response(status_code=416, headers={"Content-Range": f"bytes */{obj['unsatisfiable']}"})
+    headers = {"Content-Length": str(obj["length"]), "Accept-Ranges": "bytes",
+               "Content-Disposition": f'attachment; filename="{filename}"'}  # fmt: skip
+    if obj.get("etag"):
+        headers["ETag"] = obj["etag"]
+    if obj["content_range"]:
+        headers["Content-Range"] = obj["content_range"]
+    return StreamingResponse(obj["body"], 206 if obj["content_range"] else 200, headers, media_type=media)
 
 
 def _last_event_id(last: str | None) -> int:

@@ -54,7 +54,7 @@ class RenderTask(Task):
     @property
     def context(self):
         if RenderTask._context is None:
-            from videogen.api.storage import OutputStorage
+            from videogen.api.storage import open_storage
             from videogen.api.store import JobStore
 
             from .jobs import WorkerContext
@@ -65,7 +65,7 @@ class RenderTask(Task):
                              tenant_weights=settings.tenant_weight_table)  # fmt: skip
             worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
             RenderTask._context = WorkerContext(
-                settings, store, OutputStorage(settings.data_path), ModelCache(settings.torch_threads), worker_id
+                settings, store, open_storage(settings, min_free_bytes=0), ModelCache(settings.torch_threads), worker_id
             )
         return RenderTask._context
 
@@ -82,7 +82,8 @@ def render_job(self, job_id: str) -> str | None:
 @worker_init.connect
 def _check_store(sender=None, **_kw) -> None:
     """A worker that cannot reach its job store is not ready: one line, exit 2, before it
-    consumes anything (it would take wake-ups and fail every job)."""
+    consumes anything (it would take wake-ups and fail every job). The same for its bucket."""
+    _check_object_storage()  # first: the context below opens the bucket too
     try:
         render_job.context.store.ping()
     except Exception as exc:  # any driver or URL error
@@ -96,6 +97,42 @@ def _check_store(sender=None, **_kw) -> None:
         print(f"videogen worker: error: the job store ({where}) does not answer: {type(exc).__name__}: "
               f"{reason[0][:300] if reason else ''}", file=sys.stderr, flush=True)  # fmt: skip
         os._exit(2)  # not SystemExit: Celery would log it with a traceback and carry on starting
+
+
+def _check_object_storage() -> None:
+    """With VIDEOGEN_STORAGE_URL, the bucket must be usable (scheme, bucket, credentials, endpoint):
+    else one line, exit 2, like a job store that does not answer."""
+    if not settings.storage_url:
+        return
+    from videogen.api.s3storage import StorageConfigError
+    from videogen.api.storage import open_storage
+
+    try:
+        problem = open_storage(settings).remote_problem()
+    except StorageConfigError as exc:
+        problem = str(exc)
+    else:
+        problem = problem and f"the object storage {settings.storage_url} cannot be used: {problem}"
+    if problem:
+        print(f"videogen worker: error: {problem}", file=sys.stderr, flush=True)
+        os._exit(2)
+
+
+@worker_init.connect
+def _serve_metrics(sender=None, **_kw) -> None:
+    """`--metrics-port` / VIDEOGEN_WORKER_METRICS_PORT: the worker's /metrics (`workers.metrics`); a
+    port that cannot be bound is a one-line start-up error, exit 2."""
+    if not settings.worker_metrics_port:
+        return
+    from .metrics import serve
+
+    try:
+        serve(settings.worker_metrics_port, settings.worker_metrics_host)
+    except OSError as exc:
+        print(f"videogen worker: error: the metrics port {settings.worker_metrics_host}:{settings.worker_metrics_port}"
+              f" cannot be used: {exc.strerror or exc}", file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(2)
+    log.info("worker metrics on http://%s:%d/metrics", settings.worker_metrics_host, settings.worker_metrics_port)
 
 
 @worker_ready.connect

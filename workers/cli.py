@@ -34,6 +34,9 @@ def add_service_commands(sub) -> None:
     w.add_argument("--gpu", type=int, help="GPU index: sets CUDA_VISIBLE_DEVICES=N (default: leave as is)")
     w.add_argument("--name", help="Celery node name (default videogen-gpuN@host)")
     w.add_argument("--log-level", default="info")
+    w.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (env VIDEOGEN_WORKER_METRICS_PORT)")  # fmt: skip
+    w.add_argument("--metrics-host", help="address the metrics port listens on (default 0.0.0.0)")
     w.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="text, or json: one object per line for log shippers")  # fmt: skip
     w.set_defaults(func=cmd_worker)
@@ -83,6 +86,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keys = settings.tenant_by_key_hash
         settings.model_folders  # noqa: B018 - parse now, fail now
         settings.tenant_weight_table  # noqa: B018
+        from videogen.api.webhooks import WebhookConfig
+
+        WebhookConfig.from_settings(settings)
     except ValueError as exc:
         return _error(str(exc))
     if not settings.no_auth and not keys:
@@ -104,16 +110,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host = EmbeddedWorkerProcess if settings.embedded_worker == "process" else EmbeddedWorkerThread
         workers.append(host(service))
     app = create_app(settings, service=service, workers=workers)
+    base = base_url(args.host, args.port)
+    print(f"videogen console: {base}/  (API: {base}/v1/videos, docs: {base}/docs)", flush=True)
     # SIGTERM/SIGINT: stop within seconds even with event streams open (their clients reconnect).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, log_config=None)  # fmt: skip
     return 0
 
 
+def base_url(host: str, port: int) -> str:
+    """The URL a browser on this machine opens for `--host`/`--port` (a wildcard host: localhost)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "localhost"
+    elif ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def _start_service(settings):
     """`build_service(settings)`, or the one line that says why it cannot start (the traceback goes
     to the debug log): a data dir that cannot be made or written, a bad DATABASE_URL, a database
-    that does not answer. A disk below `min_free_bytes` only warns: `/readyz` says not ready until
+    that does not answer, a VIDEOGEN_STORAGE_URL bucket that cannot be used. A disk below `min_free_bytes` only warns: `/readyz` says not ready until
     space is freed."""
     import logging
 
@@ -121,6 +138,7 @@ def _start_service(settings):
     from sqlalchemy.exc import SQLAlchemyError
 
     from videogen.api.app import build_service
+    from videogen.api.s3storage import StorageConfigError
 
     log = logging.getLogger("videogen.api")
     data = settings.data_path
@@ -139,6 +157,10 @@ def _start_service(settings):
         if settings.database_url:
             reason = reason.replace(settings.database_url, url)
         return f"the job store {url} cannot be opened: {reason}"
+    except StorageConfigError as exc:
+        return str(exc)
+    if (problem := service.storage.remote_problem()) is not None:  # a bucket that cannot be used: say so now
+        return f"the object storage {settings.storage_url} cannot be used: {problem}"
     problem = service.storage.problem()
     if problem is not None and problem.startswith("not writable"):
         return f"the data dir {data} is {problem}"
@@ -156,6 +178,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)  # before anything imports torch
     if not os.environ.get("REDIS_URL") and not os.environ.get("VIDEOGEN_REDIS_URL"):
         return _error("REDIS_URL is not set: a worker takes its jobs from Redis (or use `videogen serve` alone)")
+    if args.metrics_port is not None:
+        if not 0 < args.metrics_port < 65536:
+            return _error(f"--metrics-port={args.metrics_port}: must be a TCP port (1..65535)")
+        os.environ["VIDEOGEN_WORKER_METRICS_PORT"] = str(args.metrics_port)  # read by workers.celery_app
+    if args.metrics_host:
+        os.environ["VIDEOGEN_WORKER_METRICS_HOST"] = args.metrics_host
     from videogen.api.logs import setup_logging
 
     setup_logging(args.log_level, args.log_format)

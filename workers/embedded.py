@@ -103,6 +103,12 @@ class EmbeddedWorkerThread:
     def _run(self) -> None:
         EmbeddedWorker(self.service, self.wakeup, self._stop).run()
 
+    def metrics_collectors(self) -> list:
+        """For the API's `/metrics`: this process's worker metrics (`workers.metrics`)."""
+        from .metrics import worker_metrics
+
+        return [worker_metrics().registry]
+
 
 class WakeupPipe:
     """The API's end of the child's wake-up pipe: `set()` writes one byte and never blocks. A full
@@ -162,7 +168,12 @@ class WakeupReader:
             pass
 
 
-def _child_main(settings: dict, wakeup_conn, ready_conn, parent_pid: int, log_level: int) -> None:
+def _child_main(settings: dict, wakeup_conn, ready_conn, parent_pid: int, log_level: int,
+                metrics_dir: str | None = None) -> None:  # fmt: skip
+    if metrics_dir is not None:  # before any metric exists: the API process reads them from there
+        from .metrics import enable_multiprocess
+
+        enable_multiprocess(metrics_dir)
     from videogen.api.app import build_service
     from videogen.api.logs import setup_logging
 
@@ -197,19 +208,30 @@ class EmbeddedWorkerProcess:
         self._ready_conn = None
         self._ready = False
         self._supervisor = threading.Thread(target=self._supervise, name="videogen-worker-supervisor", daemon=True)
+        self.metrics_dir: str | None = None  # the child's metric files (`workers.metrics`), made at start
 
     @property
     def alive(self) -> bool:
         return self._ready
 
+    def metrics_collectors(self) -> list:
+        """For the API's `/metrics`: the child's metrics, read from its multiprocess files."""
+        from .metrics import multiprocess_collector
+
+        return [multiprocess_collector(self.metrics_dir)] if self.metrics_dir else []
+
     def start(self) -> None:
+        import tempfile
+
+        self.metrics_dir = tempfile.mkdtemp(prefix="videogen-worker-metrics-")
         self._spawn()
         self._supervisor.start()
 
     def _spawn(self) -> None:
         wake_r, wake_w = self._mp.Pipe(duplex=False)
         ready_r, ready_w = self._mp.Pipe(duplex=False)
-        args = (self.service.settings.model_dump(), wake_r, ready_w, os.getpid(), logging.getLogger().level)
+        args = (self.service.settings.model_dump(), wake_r, ready_w, os.getpid(), logging.getLogger().level,
+                self.metrics_dir)  # fmt: skip
         proc = self._mp.Process(target=_child_main, args=args, name="videogen-embedded-worker", daemon=True)
         proc.start()
         wake_r.close()  # only the child reads: its death makes our writes fail instead of filling the pipe
@@ -230,6 +252,10 @@ class EmbeddedWorkerProcess:
                 continue
             if restart_at is None:
                 self._ready = False
+                if self.metrics_dir:  # its live gauges (up, busy, model) go; its counters stay
+                    from .metrics import mark_dead
+
+                    mark_dead(proc.pid, self.metrics_dir)
                 # SIGTERM/SIGINT to the whole group reaches the child first: the API is stopping too.
                 level = logging.WARNING if proc.exitcode in (-signal.SIGTERM, -signal.SIGINT) else logging.ERROR
                 log.log(level, "embedded worker process exited (%s); restarting it in %.0f s", proc.exitcode, backoff)
@@ -253,3 +279,7 @@ class EmbeddedWorkerProcess:
             if proc.is_alive():
                 send()
                 proc.join(timeout=3)
+        if self.metrics_dir:
+            import shutil
+
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)

@@ -39,6 +39,7 @@ from videogen.api.storage import OutputStorage
 from videogen.api.store import JobStore
 from videogen.api.tables import CANCELLED, COMPLETED, FAILED, IN_PROGRESS
 
+from .metrics import worker_metrics
 from .models import ModelCache
 
 log = logging.getLogger("videogen.worker")
@@ -53,6 +54,9 @@ class WorkerContext:
     storage: OutputStorage
     models: ModelCache
     worker_id: str
+
+    def __post_init__(self) -> None:
+        worker_metrics().worker_started(self.worker_id)
 
 
 class LeaseKeeper:
@@ -145,19 +149,31 @@ def run_job(job_id: str, ctx: WorkerContext) -> str | None:
 
 
 def _run_job(job_id: str, ctx: WorkerContext) -> str | None:
-    from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
-
-    store, storage, worker = ctx.store, ctx.storage, ctx.worker_id
+    store, worker = ctx.store, ctx.worker_id
     job = store.claim(job_id, worker, ctx.settings.lease_seconds)
     if job is None:
         log.info("job %s: not claimed by %s (finished, cancelled or running elsewhere)", job_id, worker)
         return None
     bind_tenant(job.tenant)
+    metrics = worker_metrics()
+    claimed = metrics.job_claimed(worker, job.created_at, first_start=job.started_at is None)
+    status = None
+    try:
+        status = _run_claimed(job, ctx)
+        return status
+    finally:
+        metrics.job_ended(worker, status, claimed)
 
+
+def _run_claimed(job, ctx: WorkerContext) -> str | None:
+    from videogen.errors import InvalidOption, ModelLoadError, NonFiniteLatents, RenderCancelled
+
+    store, storage, worker, job_id = ctx.store, ctx.storage, ctx.worker_id, job.id
     with LeaseKeeper(store, job_id, worker, ctx.settings.lease_seconds, ctx.settings.cancel_poll_seconds) as lease:
         error: tuple[str, str, str | None] | None = None
         try:
             has_thumbnail = (_stream_job if job.is_stream else _render_job)(job, ctx, lease)
+            storage.publish(job_id)  # with a bucket: the files go there (before the store says completed)
             storage.remove_work(job_id)
             store.finish(job_id, worker, COMPLETED, has_video=True, has_thumbnail=has_thumbnail)
             return COMPLETED
@@ -165,7 +181,7 @@ def _run_job(job_id: str, ctx: WorkerContext) -> str | None:
             if lease.lost:  # another worker owns the job now; its files are its business
                 log.warning("job %s: lease lost by %s; stopped", job_id, worker)
                 return None
-            storage.remove(job_id)
+            _discard(storage, job_id)
             store.finish(job_id, worker, CANCELLED)
             return CANCELLED
         except InvalidOption as exc:
@@ -181,9 +197,18 @@ def _run_job(job_id: str, ctx: WorkerContext) -> str | None:
         except Exception as exc:  # the job fails with the reason; the worker lives on
             log.exception("job %s: render failed", job_id)  # the full detail, paths included, stays here
             error = _failure(exc, storage)
-        storage.remove(job_id)
+        _discard(storage, job_id)
         store.finish(job_id, worker, FAILED, error=error)
         return FAILED
+
+
+def _discard(storage: OutputStorage, job_id: str) -> None:
+    """A stopped job's files. A bucket that fails here must not keep the job from finishing: the
+    reaper removes what is left when the job expires."""
+    try:
+        storage.remove(job_id)
+    except OSError as exc:
+        log.warning("job %s: its files in the bucket stay until it expires: %s", job_id, exc)
 
 
 # What a user can act on when the job's files or rows could not be written; no server path.
@@ -234,27 +259,40 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
 
     spec = RenderSpec.from_dict(job.spec)
     spec.device, spec.dtype = ctx.settings.device, ctx.settings.dtype  # the worker's, not the client's
+    if spec.image is not None:  # the upload, on this machine (from the bucket when there is one)
+        spec.image = str(storage.input_file(job_id))
     model = ctx.models.get(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention)
+    metrics = worker_metrics()
+    metrics.model_loaded(worker, job.model, spec.device, spec.dtype)
+    step_time = metrics.steps.labels(job.model)
     video = storage.video(job_id)
     video.parent.mkdir(parents=True, exist_ok=True)
     source = job.source_video_id  # an extension continues this job's video
-    continue_from = storage.tail(source) if source else None
+    source_video, continue_from, source_thumbnail = storage.source_files(source, job_id) if source else (None,) * 3
     if continue_from is not None and not continue_from.is_file():
         raise InvalidOption("video", source, "the source video's files are gone (expired or deleted)")
     target = storage.extension_part(job_id) if source else video
     finished = None
     progress = _StepBatcher(store, job_id, worker)
+    last = time.perf_counter()  # a step's time: since the render's previous event
     for event in render(spec, target, model=model, workdir=storage.workdir(job_id), cancel=lease.cancelled,
                         thumbnail=storage.thumbnail(job_id), continue_from=continue_from,
                         tail=storage.tail(job_id)):  # fmt: skip
+        now = time.perf_counter()
         if isinstance(event, StepProgress):
+            step_time.observe(now - last)
+            last = now
             progress.add(event.segment, event.step, event.steps)
             continue
         progress.flush()  # every step is recorded before the next segment/state event
         if isinstance(event, SegmentFinished):
             store.record_segment(job_id, worker, event.index, event.frames_written, event.resumed)
+            if not event.resumed:
+                metrics.segments.inc()
+            metrics.gpu_memory(worker)
         elif isinstance(event, SegmentRetried):  # the health gate re-samples it: the job object and SSE say why
             store.record_retry(job_id, worker, event.index, event.attempt, list(event.reasons))
+            metrics.retries.inc()
         elif isinstance(event, RenderStarted):
             store.mark_started(job_id, worker, steps_total=event.total_steps, segments_total=len(event.plan),
                                resumed_segments=event.resumed_segments,
@@ -264,12 +302,12 @@ def _render_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     if source:  # the source's frames, then the new ones; the report already covers both
         from videogen.io.video import concat_videos
 
-        concat_videos([storage.video(source), target], video)
+        concat_videos([source_video, target], video)
         os.replace(f"{target}.drift.json", storage.drift_report(job_id))
         os.replace(f"{target}.drift.png", storage.drift_plot(job_id))
         target.unlink()
-        if storage.thumbnail(source).is_file():
-            shutil.copyfile(storage.thumbnail(source), storage.thumbnail(job_id))
+        if source_thumbnail.is_file():
+            shutil.copyfile(source_thumbnail, storage.thumbnail(job_id))
     return finished is not None and finished.thumbnail is not None
 
 
@@ -294,6 +332,7 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
     # schedules it at that same chunk boundary again, clear of float rounding.
     spec.switches = [((sw["frame"] - 0.5) / spec.fps, sw["prompt"]) for sw in job.spec.get("prompt_switches", [])]
     model = ctx.models.get(spec.model, device=spec.device, dtype=spec.dtype, attention="dense")
+    worker_metrics().model_loaded(worker, job.model, spec.device, spec.dtype)
     width, height = spec.size
     video = storage.video(job_id)
     video.parent.mkdir(parents=True, exist_ok=True)
@@ -318,6 +357,7 @@ def _stream_job(job, ctx: WorkerContext, lease: LeaseKeeper) -> bool:
             frames = chunk.first_frame + len(chunk.frames)
             for attempt, reasons in enumerate(chunk.reasons[:-1], 1):  # the health gate re-generated it
                 store.record_retry(job_id, worker, chunk.index, attempt, list(reasons))
+                worker_metrics().retries.inc()
             apply(store.record_chunk(job_id, worker, index=chunk.index, first_frame=chunk.first_frame,
                                      frames=len(chunk.frames), prompt=chunk.prompt, fps=chunk.fps))  # fmt: skip
         writer.close()
