@@ -138,6 +138,7 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         cancel=inputs.cancel,
         time=inputs.times[seg.index],
         noise=attempt_noise(shape, inputs.resolved.seed, index, attempt) if attempt else None,
+        context_noise=model.preset.context_noise if seg.prefix_latent_frames else 0.0,
     )
 
 
