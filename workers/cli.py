@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -111,7 +112,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers.append(host(service))
     app = create_app(settings, service=service, workers=workers)
     base = base_url(args.host, args.port)
-    print(f"videogen console: {base}/  (API: {base}/v1/videos, docs: {base}/docs)", flush=True)
+    urls = f"videogen console: {base}/  (API: {base}/v1/videos, docs: {base}/docs)"
+    if settings.log_format == "json":  # every line a log shipper reads must be JSON
+        logging.getLogger("videogen.api").info(urls)
+    else:
+        print(urls, flush=True)
     # SIGTERM/SIGINT: stop within seconds even with event streams open (their clients reconnect).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS, log_config=None)  # fmt: skip
@@ -132,7 +137,6 @@ def _start_service(settings):
     to the debug log): a data dir that cannot be made or written, a bad DATABASE_URL, a database
     that does not answer, a VIDEOGEN_STORAGE_URL bucket that cannot be used. A disk below `min_free_bytes` only warns: `/readyz` says not ready until
     space is freed."""
-    import logging
 
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError

@@ -72,7 +72,9 @@ def _seen(client, video_id: str, predicate, timeout: float = 120.0) -> tuple[dic
 
 
 def test_cancel_stops_a_running_step_within_a_fraction_of_the_step(serve, deep_config):
-    server = serve(extra_env={"VIDEOGEN_CONFIG_DIR": str(deep_config)})
+    # The lease thread asks the store for a cancel every 0.1 s here (default 0.5 s), so the bound
+    # below measures where the render checks the flag (each block, not each step), not the poll.
+    server = serve(extra_env={"VIDEOGEN_CONFIG_DIR": str(deep_config), "VIDEOGEN_CANCEL_POLL_SECONDS": "0.1"})
     with server.client() as alpha:
         r = alpha.post("/v1/videos", json=SLOW_STEP)
         assert r.status_code == 200, r.text
