@@ -17,40 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 from service_helpers import wait_for
+from test_streams import STREAM_PRESETS
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (the [dev] extra)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)")
 
-PRESETS = """\
-default: tiny
-presets:
-  tiny:
-    kind: diffusers
-    path: {path}
-    description: tiny random Wan for tests
-    size: 32x32
-    fps: 8
-    steps: 2
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 1.625
-    overlap_frames: 5
-    attention: dense
-  builtin-causal:
-    kind: builtin
-    description: built-in block-causal model
-    weights: builtin_causal.safetensors
-    causal: true
-    size: 64x64
-    fps: 16
-    steps: 8
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 2.0
-    overlap_frames: 5
-    attention: dense
-"""
 KEY = "key-alpha"
 INVALID = re.compile(r"\binvalid\b")
 WAIT_MS = 60_000  # generous: a loaded 2-core machine
@@ -71,7 +43,7 @@ def wait_js(page, expression: str, timeout: float = WAIT_MS / 1000):
 def server(tmp_path_factory, make_server, tiny_model):
     d = tmp_path_factory.mktemp("console")
     (d / "config").mkdir()
-    (d / "config" / "models.yaml").write_text(PRESETS.format(path=tiny_model))
+    (d / "config" / "models.yaml").write_text(STREAM_PRESETS.format(path=tiny_model))  # tiny + a stream model
     s = make_server(d / "data", d / "server.log", extra_env={"VIDEOGEN_CONFIG_DIR": str(d / "config")})
     yield s
     s.stop()
