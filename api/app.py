@@ -28,6 +28,7 @@ from .errors import error_body, install_error_handlers
 from .limits import BodySizeLimit, max_body_bytes
 from .metrics import ApiMetrics, metrics_endpoint
 from .openapi import install_openapi
+from .routing import WorkerRegistry
 from .settings import ServiceSettings
 from .storage import open_storage
 from .store import JobStore
@@ -60,7 +61,7 @@ class Reaper:
         for job in svc.store.requeue_expired():
             if job.status == "queued":
                 try:
-                    svc.queue.submit(job.id)
+                    svc.queue.submit(job.id, model=job.model)
                 except QueueUnavailable:  # `redispatch` sends it when the broker is back
                     pass
         for job in svc.store.expired():
@@ -79,6 +80,16 @@ class Reaper:
             if job is None or (job.status in TERMINAL and (job.completed_at or 0) < keep_until):
                 svc.storage.remove_stream(job_id)
         self.redispatch()
+        self.refresh_routing()
+
+    def refresh_routing(self) -> None:
+        """Fleet: forget workers silent for `worker_forget_seconds`, and say why queued jobs wait
+        (`queued_reason`: no live worker serves their model) or stop saying it."""
+        registry = getattr(self.service.queue, "registry", None)
+        if registry is None:
+            return
+        registry.forget()
+        registry.refresh_reasons(self.service.store.queued_models())
 
     dispatch_grace_seconds = 2.0  # a create's own wake-up may still be on its way this long
 
@@ -87,16 +98,23 @@ class Reaper:
         wake-ups waiting in Redis, are wake-ups lost (Redis restarted without persistence, a create
         while it was down, a wake-up taken while the tenant was at its running limit): send that
         many again. Never more: a wake-up is not tied to its job id (the worker claims the
-        fair-share next job), and the store's lease decides who renders. Returns the number sent."""
+        fair-share next job), and the store's lease decides who renders. Counted per model queue
+        (`api.routing`): a wake-up waiting in one worker's own queue (an extension's) is not
+        counted, so a job its preferred worker has not claimed within the grace gets one on its
+        model's queue, which any worker of the model takes. Returns the number sent."""
         svc = self.service
         backlog = getattr(svc.queue, "backlog", None)
         if backlog is None:  # embedded: the worker polls the store itself
             return 0
+        missing = 0
         try:
-            waiting = svc.store.next_queued(limit=10_000, created_before=time.time() - self.dispatch_grace_seconds)
-            missing = len(waiting) - backlog() if waiting else 0
-            for job_id in waiting[: max(0, missing)]:
-                svc.queue.submit(job_id)
+            before = time.time() - self.dispatch_grace_seconds
+            for model in svc.store.queued_models():
+                waiting = svc.store.next_queued(limit=10_000, created_before=before, models=(model,))
+                lost = len(waiting) - backlog(model) if waiting else 0
+                for job_id in waiting[: max(0, lost)]:
+                    svc.queue.submit(job_id, model=model)
+                missing += max(0, lost)
         except QueueUnavailable as exc:
             log.warning("re-dispatch deferred: the broker does not answer (%s)", str(exc)[:200])
             return 0
@@ -105,7 +123,7 @@ class Reaper:
             return 0
         if missing > 0:
             log.warning("re-dispatched %d queued job(s) the broker had no wake-up for", missing)
-        return max(0, missing)
+        return missing
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -121,7 +139,8 @@ def build_service(settings: ServiceSettings) -> Service:
     store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds,
                      tenant_max_running=settings.tenant_max_running,
                      tenant_weights=settings.tenant_weight_table)  # fmt: skip
-    queue = (CeleryQueue(settings.redis_url, settings.queue, settings.visibility_timeout)
+    queue = (CeleryQueue(settings.redis_url, settings.queue, settings.visibility_timeout,
+                         WorkerRegistry.from_settings(store, settings))
              if settings.fleet else StoreQueue())  # fmt: skip
     return Service(settings, store, open_storage(settings), ModelCatalog(settings), queue)
 

@@ -23,7 +23,7 @@ from .errors import APIError
 from .settings import ServiceSettings
 
 # Spec field -> the API field a client sent (error `param`).
-API_PARAM = {"guidance": "guidance_scale"}
+API_PARAM = {"guidance": "guidance_scale", "guidance_2": "guidance_scale_2"}
 
 
 @dataclass(frozen=True)

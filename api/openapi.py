@@ -78,6 +78,10 @@ VIDEO = {
         "segments_done": {"type": "integer", "minimum": 0},
         "segments_total": {"type": "integer", "minimum": 0},
         "stream": {"type": ["object", "null"]},
+        "queued_reason": {
+            "type": ["string", "null"],
+            "description": "Why a queued job waits (no live worker serves its model); null otherwise.",
+        },
         "retries_used": {"type": "integer", "minimum": 0},
         "segment_retries": {"type": "array", "items": {"type": "object"}},
         "webhook": {

@@ -6,7 +6,8 @@ completed_at, expires_at, seconds, size, prompt, remixed_from_video_id, error) p
 `started_at`, `stream` (null, or a live stream's frames, chunks and prompt switches), and the
 health gate's re-samplings: `retries_used` and `segment_retries` (`{segment, attempt, reasons}`
 each; a stream's chunks count as segments), and `webhook` (null, or the delivery of the job's
-webhook event: `api.webhooks`). Status
+webhook event: `api.webhooks`), and `queued_reason` (a fleet's queued job whose model no live
+worker serves: why it waits; else null). Status
 adds `cancelled` to OpenAI's four.
 """
 
@@ -26,6 +27,14 @@ class ShotParam(BaseModel):
     seconds: float
 
 
+class LoraParam(BaseModel):
+    """One of `loras`: a file in the server's LoRA folder (`VIDEOGEN_LORA_DIR`) and its scale."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    scale: float = 1.0
+
+
 class CreateParams(BaseModel):
     """`POST /v1/videos`. Multipart sends strings; lax validation turns "4" into 4.0."""
 
@@ -39,12 +48,21 @@ class CreateParams(BaseModel):
     seed: int = Field(0, ge=0, le=2**63 - 1)  # the library's range (`videogen.config.spec`)
     steps: int | None = None
     guidance_scale: float | None = None
+    guidance_scale_2: float | None = (
+        None  # two-expert models (Wan 2.2 A14B): the low-noise expert's; None: guidance_scale
+    )
+    flow_shift: float | None = None  # the scheduler's shift; None: the preset's, else the model folder's
     negative_prompt: str = ""
     attention: str | None = None
     drift_correction: dict[str, Any] | None = None
     retries: int | None = None  # the health gate's re-samplings per segment (0..10); None: the preset's
     health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
+    continuation: str | None = None  # "clean" | "renoise": how segments condition on their prefix; None: the preset's
+    image_fit: str = (
+        "cover"  # how an input_reference of another aspect ratio fills the frame: cover | stretch | contain
+    )
     shots: list[ShotParam] | None = Field(None, min_length=1)
+    loras: list[LoraParam] | None = None  # LoRA adapters from the server's folder, applied to the transformer
     stream: bool = False  # a live stream: frames are served as they are made (docs/service.md)
     webhook_url: str | None = None  # video.completed/failed/cancelled go here (`api.webhooks`); default: the tenant's
 
@@ -99,6 +117,9 @@ def video_object(job: Job) -> dict[str, Any]:
         "retries_used": len(job.spec.get("segment_retries", [])),
         "segment_retries": job.spec.get("segment_retries", []),
         "webhook": webhook_object(job),
+        "queued_reason": job.queued_reason
+        if job.status == "queued"
+        else None,  # fleet: no live worker serves its model
     }
 
 

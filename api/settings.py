@@ -14,6 +14,7 @@ already knows: `DATABASE_URL` and `REDIS_URL`.
     VIDEOGEN_WEBHOOKS, _WEBHOOK_SECRET(S), _WEBHOOK_ALLOW_HOSTS   webhook deliveries (`api.webhooks`)
     VIDEOGEN_METRICS_TOKEN   set: `/metrics` needs `Authorization: Bearer <token>`
     VIDEOGEN_STORAGE_URL     "s3://bucket/prefix": outputs in a bucket (AWS_ENDPOINT_URL, AWS_* credentials)
+    VIDEOGEN_LORA_DIR        the folder whose LoRA files (.safetensors) requests may name in `loras` (unset: none)
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class ServiceSettings(BaseSettings):
     no_auth: bool = False  # every request is tenant "local"; `videogen serve` allows it on loopback only
     models: str = ""  # "name=/abs/path,..." operator-configured diffusers folders
     default_model: str = ""
+    # The operator-approved LoRA adapters: a request's `loras[].name` is a file inside this folder
+    # (`videogen.config.spec.approved_lora`); "": requests may name none.
+    lora_dir: str = ""
     device: str = "auto"  # where workers render
     dtype: str = "auto"
     queue: str = "videogen"  # Celery queue name
@@ -117,6 +121,15 @@ class ServiceSettings(BaseSettings):
     metrics_token: str = Field("", repr=False)
     worker_metrics_port: int = 0  # a Celery worker serves its /metrics on this port (0: none)
     worker_metrics_host: str = "0.0.0.0"
+    # Model-aware routing (`api.routing`, docs/service.md "Routing"): the models a Celery worker serves
+    # ("a,b"; "" = any: `videogen worker --model`), its model cache (GiB; 0 = one model on CUDA,
+    # unbounded elsewhere: `--model-cache-gb`), how often it tells the store it is alive (3 beats
+    # missed: down), and how long a silent worker's models still count as served (their jobs are
+    # queued with a reason) before a create for them is a 400.
+    worker_models: str = ""
+    model_cache_gb: float = Field(0.0, ge=0)
+    worker_heartbeat_seconds: float = Field(10.0, gt=0)
+    worker_forget_seconds: float = Field(600.0, gt=0)
     # Outputs in an S3-compatible bucket ("s3://bucket/prefix"; endpoint, credentials and region from the
     # usual AWS variables) instead of only the data dir (`api.s3storage`). `/content` streams from it, or
     # with `storage_redirect` answers 307 to a presigned URL valid `storage_redirect_seconds`.

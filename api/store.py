@@ -209,7 +209,8 @@ class JobStore:
             return list(s.scalars(q.order_by(JobEvent.id).limit(limit)))
 
     # -- worker side -------------------------------------------------------------------------
-    def next_queued(self, limit: int = 20, *, created_before: float | None = None) -> builtins.list[str]:
+    def next_queued(self, limit: int = 20, *, created_before: float | None = None,
+                    models: tuple[str, ...] | None = None) -> builtins.list[str]:  # fmt: skip
         """Queued jobs nobody holds, in fair-share order (candidates for `claim`): tenants take
         turns. A job's turn is its place in its tenant's queue plus the tenant's running jobs,
         divided by the tenant's weight (`tenant_weights`, default 1: a weight-2 tenant gets two
@@ -218,7 +219,8 @@ class JobStore:
         tenant with 20 queued jobs and one with 1 alternate instead of the second waiting for all
         20. Tenants at `tenant_max_running` are skipped until one of their jobs ends.
         `created_before`: only jobs created before then (the reaper's re-dispatch leaves creates
-        whose wake-up may still be on its way)."""
+        whose wake-up may still be on its way). `models`: only jobs of these models (a fleet
+        worker's `--model`s; None: any model)."""
         now = time.time()
         unheld = Job.lease_owner.is_(None) | (Job.lease_expires < now)
         with self.session() as s:
@@ -229,6 +231,8 @@ class JobStore:
             waiting = waiting.where(Job.status == QUEUED, unheld)
             if created_before is not None:
                 waiting = waiting.where(Job.created_at < created_before)
+            if models is not None:
+                waiting = waiting.where(Job.model.in_(models))
             w = waiting.subquery()
             # When the turns tie (one worker between jobs: nobody runs), the tenant served longest ago goes first.
             served = (select(Job.tenant, func.max(Job.started_at).label("at"))
@@ -258,7 +262,12 @@ class JobStore:
                         Job.cancel_requested.is_(False),
                         (Job.lease_owner.is_(None)) | (Job.lease_owner == worker) | (Job.lease_expires < now),
                     )
-                    .values(lease_owner=worker, lease_expires=now + lease_seconds, attempts=Job.attempts + 1)
+                    .values(
+                        lease_owner=worker,
+                        lease_expires=now + lease_seconds,
+                        attempts=Job.attempts + 1,
+                        queued_reason=None,
+                    )
                 ),
             )
             if result.rowcount != 1:
@@ -381,8 +390,24 @@ class JobStore:
             job.has_video, job.has_thumbnail = has_video, has_thumbnail
             if status == COMPLETED:
                 job.steps_done, job.segments_done = job.steps_total, job.segments_total
+                job.finished_by = worker  # an extension of it prefers this worker (`api.routing`)
             self._finish(s, job, status)
             return job
+
+    def queued_models(self) -> builtins.list[str]:
+        """The models of the queued jobs (the reaper's re-dispatch goes model by model)."""
+        with self.session() as s:
+            return list(s.scalars(select(Job.model).where(Job.status == QUEUED).distinct()))
+
+    def set_queued_reason(self, model: str, reason: str | None) -> int:
+        """Why the queued jobs of `model` wait (None: they do not wait on a missing worker)."""
+        with self.write() as s:
+            differs = Job.queued_reason.is_(None) if reason is not None else Job.queued_reason.is_not(None)
+            if reason is not None:
+                differs = differs | (Job.queued_reason != reason)
+            result = cast(CursorResult, s.execute(update(Job).where(Job.status == QUEUED, Job.model == model, differs)
+                                                  .values(queued_reason=reason)))  # fmt: skip
+            return result.rowcount
 
     def requeue_expired(self) -> builtins.list[Job]:
         """Jobs whose worker vanished (lease ran out) go back to `queued`, keeping their checkpoints."""

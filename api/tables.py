@@ -71,6 +71,11 @@ class Job(Base):
     webhook_attempts: Mapped[int] = mapped_column(Integer, default=0)
     webhook_next_at: Mapped[float | None] = mapped_column(Float, default=None)
     webhook_last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    # Model-aware routing (`api.routing`): the worker that completed the job (an extension prefers
+    # it: its model and the source's tail are warm), and why a queued job waits (no live worker
+    # serves its model), refreshed by the reaper.
+    finished_by: Mapped[str | None] = mapped_column(String(200), default=None)
+    queued_reason: Mapped[str | None] = mapped_column(String(300), default=None)
 
     @property
     def is_stream(self) -> bool:
@@ -113,3 +118,17 @@ class JobControl(Base):
     type: Mapped[str] = mapped_column(String(16))  # prompt
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkerRecord(Base):
+    """A fleet worker's registration (`api.routing.WorkerRegistry`): the models it serves and when
+    it last said it was alive. The reaper deletes rows silent for `worker_forget_seconds`."""
+
+    __tablename__ = "videogen_workers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)  # `WorkerContext.worker_id`
+    queue: Mapped[str] = mapped_column(String(200), index=True)  # the fleet's base queue (VIDEOGEN_QUEUE)
+    models: Mapped[list[str] | None] = mapped_column(JSON, default=None)  # public names; None: any model
+    started_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+    stopped: Mapped[bool] = mapped_column(Boolean, default=False)  # shut down cleanly (not merely silent)

@@ -17,7 +17,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from videogen.config.presets import parse_size
-from videogen.config.spec import API_DEFAULT_SECONDS, DEFAULT_STREAM_MODEL, RenderSpec, Shot, StreamSpec
+from videogen.config.spec import (
+    API_DEFAULT_SECONDS,
+    DEFAULT_STREAM_MODEL,
+    Lora,
+    RenderSpec,
+    Shot,
+    StreamSpec,
+    approved_lora,
+)
 from videogen.errors import InvalidOption
 
 from .auth import CurrentTenant
@@ -26,6 +34,7 @@ from .dispatch import QueueUnavailable
 from .errors import APIError, not_found
 from .limits import check_values, parse_json
 from .quotas import CreateRateLimiter, RateLimited, limit_response
+from .routing import ModelNotServed
 from .schemas import CreateParams, ExtendParams, video_object
 from .storage import OutputStorage
 from .store import JobStore, TenantQueueFull
@@ -74,7 +83,7 @@ async def read_params(request: Request, svc: Service) -> tuple[dict[str, Any], U
                 fields.setdefault("video", {})[key[6:-1]] = value
             else:
                 fields[key] = value
-        for key in ("shots", "drift_correction", "video", "health_checks"):  # JSON inside a form field
+        for key in ("shots", "drift_correction", "video", "health_checks", "loras"):  # JSON inside a form field
             if isinstance(fields.get(key), str):
                 try:
                     fields[key] = parse_json(fields[key])
@@ -124,7 +133,8 @@ async def read_upload(upload: UploadFile | None, svc: Service) -> bytes | None:
     return data
 
 
-def spec_from_params(p: CreateParams) -> RenderSpec:
+def spec_from_params(p: CreateParams, lora_dir=None) -> RenderSpec:
+    """The request's `RenderSpec`; `lora_dir`: the folder its `loras` name files in."""
     try:
         if p.shots:
             if p.seconds is not None and abs(p.seconds - sum(s.seconds for s in p.shots)) > 1e-6:
@@ -143,15 +153,32 @@ def spec_from_params(p: CreateParams) -> RenderSpec:
             fps=p.fps,
             steps=p.steps,
             guidance=p.guidance_scale,
+            guidance_2=p.guidance_scale_2,
+            flow_shift=p.flow_shift,
             seed=p.seed,
             negative_prompt=p.negative_prompt,
             attention=p.attention,
             drift_correction=p.drift_correction or {},
             retries=p.retries,
             health_checks=p.health_checks,
+            loras=_loras(p, lora_dir),
+            continuation=p.continuation,
+            image_fit=p.image_fit,
         )
     except InvalidOption as exc:
         raise invalid(exc) from None
+
+
+def _loras(p: CreateParams, lora_dir) -> list[Lora]:
+    """`loras` as the spec's: each name a file inside `lora_dir` (InvalidOption naming `loras`)."""
+    loras, seen = [], set()
+    for lora in p.loras or []:
+        path = approved_lora(lora_dir, lora.name)
+        if path in seen:
+            raise InvalidOption("loras", lora.name, "is given twice")
+        seen.add(path)
+        loras.append(Lora(path, lora.scale))
+    return loras
 
 
 def _seconds_str(seconds: float) -> str:
@@ -183,12 +210,17 @@ def _new_stream_job(svc: Service, tenant: str, p: CreateParams) -> Job:
                            code="missing_required_parameter")  # fmt: skip
     try:
         size = parse_size(p.size, "size") if p.size is not None else None
+        loras = _loras(p, svc.settings.lora_dir)
     except InvalidOption as exc:
         raise invalid(exc) from None
+    if p.guidance_scale_2 is not None:
+        raise APIError(400, "Invalid 'guidance_scale_2': it applies only to two-expert models (Wan 2.2 A14B); a "
+                       "stream's block-causal model has one transformer.", param="guidance_scale_2",
+                       code="invalid_value")  # fmt: skip
     entry = svc.catalog.resolve(p.model or DEFAULT_STREAM_MODEL)
     spec = StreamSpec(prompt=p.prompt, seconds=p.seconds, model=entry.ref, size=size, fps=p.fps, steps=p.steps,
-                      guidance=p.guidance_scale, negative_prompt=p.negative_prompt, seed=p.seed, retries=p.retries,
-                      health_checks=p.health_checks)  # fmt: skip
+                      guidance=p.guidance_scale, flow_shift=p.flow_shift, negative_prompt=p.negative_prompt,
+                      seed=p.seed, retries=p.retries, health_checks=p.health_checks, loras=loras)  # fmt: skip
     checked = svc.catalog.check_stream(spec, entry)
     w, h = spec.size
     return Job(id=new_job_id(), tenant=tenant, model=entry.name, prompt=p.prompt, seconds=_seconds_str(p.seconds),
@@ -206,23 +238,35 @@ def _ensure_storage(svc: Service) -> None:
                        "retry later.", code="storage_error")  # fmt: skip
 
 
-def _create_and_submit(svc: Service, job: Job) -> None:
+def _route(svc: Service, model: str) -> str | None:
+    """Fleet (`api.routing`): None when a live worker serves `model`, else why its job will wait
+    (its workers are down); a 400 naming `model` when no worker of the fleet serves it."""
+    try:
+        return svc.queue.check(model)
+    except ModelNotServed as exc:
+        raise APIError(400, str(exc), param="model", code="model_not_served") from None
+
+
+def _create_and_submit(svc: Service, job: Job, prefer_worker: str | None = None) -> None:
     _ensure_storage(svc)
     svc.store.create(job, max_queued=svc.settings.tenant_max_queued)
     try:
-        svc.queue.submit(job.id)
+        svc.queue.submit(job.id, model=job.model, prefer_worker=prefer_worker)
     except QueueUnavailable as exc:  # the job is in the store: the reaper dispatches it when Redis is back
         log.warning("job %s tenant %s: queued, but the broker did not take its wake-up (%s); the reaper "
                     "sends it again", job.id, job.tenant, str(exc)[:200])  # fmt: skip
 
 
-async def _submit(svc: Service, job: Job) -> JSONResponse:
+async def _submit(svc: Service, job: Job, prefer_worker: str | None = None) -> JSONResponse:
     try:
+        job.queued_reason = await run_in_threadpool(_route, svc, job.model)
         svc.rate_limiter.take(job.tenant)
-        await run_in_threadpool(_create_and_submit, svc, job)  # one thread hop: SQL insert, then the queue
-    except (RateLimited, TenantQueueFull) as exc:  # 429 with Retry-After
+        await run_in_threadpool(_create_and_submit, svc, job, prefer_worker)  # one hop: SQL insert, then the queue
+    except (RateLimited, TenantQueueFull, APIError) as exc:  # 429 with Retry-After; 400 model not served
         if "image" in job.spec:  # the upload saved for this job
             await run_in_threadpool(svc.storage.remove, job.id)
+        if isinstance(exc, APIError):
+            raise
         return limit_response(exc)
     return JSONResponse(video_object(job))
 
@@ -265,7 +309,7 @@ async def create_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
         job = _new_stream_job(svc, tenant, params)
         job.webhook_url = hook
         return await _submit(svc, job)
-    spec = spec_from_params(params)
+    spec = spec_from_params(params, svc.settings.lora_dir)
     entry = svc.catalog.resolve(params.model)
     checked = svc.catalog.check(spec, entry)
     prompt = params.prompt if params.prompt is not None else " | ".join(s.prompt for s in spec.shots)
@@ -317,7 +361,7 @@ async def extend_video(request: Request, tenant: CurrentTenant, svc: Svc) -> JSO
     job = _new_job(tenant, entry, checked, params.prompt, source=source.id)
     job.seconds = _seconds_str(float(source.seconds) + spec.seconds)  # the whole extended video
     job.webhook_url = hook
-    return await _submit(svc, job)
+    return await _submit(svc, job, prefer_worker=source.finished_by)  # its model and tail are warm there
 
 
 @router.get("")

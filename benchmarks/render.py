@@ -3,17 +3,27 @@
     python benchmarks/render.py                       # builtin preset, 4 s and 32 s
     python benchmarks/render.py --attention sparse    # also renders dense, reports speedup + PSNR
     python benchmarks/render.py --attention sparse --size 256x256 --durations 4   # attention-bound size
+    python benchmarks/render.py --threads-sweep --load 2   # --threads 1, 2 and the default beside 2 busy loops
 
 Each render runs in its own process so that its peak RSS is its own. Peak RSS must not grow with
 the video's length (frames are streamed to ffmpeg; only one segment is in memory at a time).
 Ends with one JSON line.
+
+`--threads-sweep` times one short render (`--seconds`, default 2) with `--threads 1`, `2` and the
+default (`videogen.config.threads.default_threads`), and 2 threads with OpenMP's spinning wait
+policy (OMP_WAIT_POLICY=ACTIVE, torch's own default is in between), each in a fresh process, while
+`--load` busy-loop processes run, in rounds of alternating order (`--repeats`); it checks that
+every setting writes the same bytes and reports the median wall time of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +35,11 @@ def child(args) -> None:
     import warnings
 
     warnings.simplefilter("ignore")
+    threads = None
+    if args.threads is not None:  # before torch loads (its OpenMP wait policy)
+        from videogen.config.threads import use_threads
+
+        threads = use_threads(None if args.threads == "default" else int(args.threads))
     from videogen import RenderSpec, render
     from videogen.models.loader import load_model
 
@@ -36,10 +51,12 @@ def child(args) -> None:
         pass
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(json.dumps({"wall_s": wall, "peak_rss_mb": peak_mb}))
+    digest = hashlib.sha256(Path(args.output).read_bytes()).hexdigest()[:16]
+    print(json.dumps({"wall_s": wall, "peak_rss_mb": peak_mb, "threads": threads, "sha256": digest}))
 
 
-def run_one(args, seconds: float, attention: str, output: Path) -> dict:
+def run_one(args, seconds: float, attention: str, output: Path, threads: str | None = None,
+            env: dict[str, str] | None = None) -> dict:  # fmt: skip
     cmd = [sys.executable, __file__, "--child", "--seconds", str(seconds), "--attention", attention,
            "--model", args.model, "--device", args.device, "--prompt", args.prompt, "--seed", str(args.seed),
            "--output", str(output)]  # fmt: skip
@@ -47,7 +64,9 @@ def run_one(args, seconds: float, attention: str, output: Path) -> dict:
         cmd += ["--steps", str(args.steps)]
     if args.size:
         cmd += ["--size", args.size]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    if threads is not None:
+        cmd += ["--threads", threads]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -62,6 +81,52 @@ def psnr(a_path: Path, b_path: Path) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
+# label -> (--threads, extra environment) per setting of the thread sweep; "torch": torch's own
+# default (a thread per core, OpenMP's default wait policy), as before `--threads` existed
+THREAD_SETTINGS = {"1": ("1", {}), "2": ("2", {}), "default": ("default", {}),
+                   "2-spinning": ("2", {"OMP_WAIT_POLICY": "ACTIVE"}), "torch": (None, {})}  # fmt: skip
+
+
+def thread_sweep(args) -> dict:
+    """Wall time of one render per thread setting beside `args.load` busy loops (module docstring)."""
+    spin = "while True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.load)]
+    settings = [(label, *THREAD_SETTINGS[label]) for label in args.settings.split(",")]
+    walls: dict[str, list[float]] = {label: [] for label, _, _ in settings}
+    chosen, digests = [], set()
+    load_before = os.getloadavg()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.repeats):
+                order = settings if r % 2 == 0 else settings[::-1]  # drift in the load hits all alike
+                for label, threads, env in order:
+                    res = run_one(args, args.seconds, args.attention, Path(tmp) / f"{r}-{label}.mp4", threads, env)
+                    walls[label].append(res["wall_s"])
+                    digests.add(res["sha256"])
+                    if label == "default":
+                        chosen.append(res["threads"])
+                    print(f"  round {r + 1}: threads {label:>10}: {res['wall_s']:.2f} s", file=sys.stderr)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    load_after = os.getloadavg()
+    median = {label: statistics.median(w) for label, w in walls.items()}
+    best = min(median.values())
+    print(f"{args.seconds:g} s builtin render, {args.load} busy loop(s), {os.cpu_count()} CPUs, {args.repeats} round(s); "
+          f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")  # fmt: skip
+    print(f"{'threads':>12} {'median s':>9} {'runs s':>20} {'vs best':>8}")
+    for label, w in walls.items():
+        runs = " ".join(f"{x:.1f}" for x in w)
+        print(f"{label:>12} {median[label]:>9.2f} {runs:>20} {median[label] / best:>7.2f}x")
+    print(f"default chose {chosen} thread(s); same bytes in every run: {len(digests) == 1}")
+    return {"benchmark": "threads", "model": args.model, "seconds": args.seconds, "steps": args.steps,
+            "busy_loops": args.load, "cpus": os.cpu_count(), "repeats": args.repeats,
+            "load_avg_before": round(load_before[0], 2), "load_avg_after": round(load_after[0], 2),
+            "median_wall_s": {k: round(v, 3) for k, v in median.items()}, "default_threads": chosen,
+            "default_vs_best": round(median["default"] / best, 3) if "default" in median else None, "same_bytes": len(digests) == 1}  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -74,10 +139,20 @@ def main() -> None:
     p.add_argument("--size", default=None, help="WxH (default: the preset's)")
     p.add_argument("--attention", default="dense", help="dense, or a sparse backend to compare against dense")
     p.add_argument("--durations", default="4,32", help="comma-separated seconds")
-    p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--seconds", type=float, help="--threads-sweep: the render's length (default 2)")
+    p.add_argument("--threads", help=argparse.SUPPRESS)
+    p.add_argument("--threads-sweep", action="store_true", help="time --threads 1, 2 and the default under --load")
+    p.add_argument("--load", type=int, default=2, help="--threads-sweep: busy-loop processes beside the renders")
+    p.add_argument("--repeats", type=int, default=2, help="--threads-sweep: rounds (alternating order)")
+    p.add_argument("--settings", default="1,2,default,torch,2-spinning",
+                   help=f"--threads-sweep: which settings ({', '.join(THREAD_SETTINGS)})")  # fmt: skip
     args = p.parse_args()
     if args.child:
         return child(args)
+    if args.threads_sweep:
+        args.seconds = args.seconds or 2.0
+        print(json.dumps(thread_sweep(args)))
+        return
 
     durations = [float(s) for s in args.durations.split(",")]
     result: dict = {"model": args.model, "attention": args.attention, "size": args.size or "preset"}

@@ -78,9 +78,15 @@ def tiny_transformer_config(latent_channels: int = 16) -> dict:
     )  # fmt: skip
 
 
-def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0) -> Path:
-    """Write a tiny `WanPipeline` folder. `variant`: "wan2.1" (16-ch VAE, 8x) or "wan2.2-ti2v"
-    (48-ch residual VAE with 2x2 patching, 16x, per-token timesteps)."""
+VARIANTS = ("wan2.1", "wan2.2-ti2v", "wan2.2-a14b")
+A14B_BOUNDARY_RATIO = 0.875  # Wan 2.2 A14B T2V's: the high-noise expert for t >= 875
+
+
+def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0, flow_shift: float | None = None) -> Path:
+    """Write a tiny `WanPipeline` folder. `variant`: "wan2.1" (16-ch VAE, 8x), "wan2.2-ti2v"
+    (48-ch residual VAE with 2x2 patching, 16x, per-token timesteps) or "wan2.2-a14b" (Wan 2.1's
+    VAE and two transformer experts: `transformer_2` below `boundary_ratio`). `flow_shift`: the
+    scheduler config's shift (`flow_shift` of UniPC, `shift` of FlowMatchEuler); None: the variant's."""
     from diffusers import (
         AutoencoderKLWan,
         FlowMatchEulerDiscreteScheduler,
@@ -97,22 +103,27 @@ def save_tiny_wan(path: str | Path, variant: str = "wan2.1", seed: int = 0) -> P
         UMT5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                    relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     )  # fmt: skip
-    if variant == "wan2.1":
+    if variant in ("wan2.1", "wan2.2-a14b"):
         vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True])  # fmt: skip
         z, expand = 16, False
-        scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+        scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                            flow_shift=3.0 if flow_shift is None else flow_shift)  # fmt: skip
     elif variant == "wan2.2-ti2v":
         vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=8, z_dim=48, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True], is_residual=True, patch_size=2,
                                in_channels=12, out_channels=12, scale_factor_spatial=16,
                                latents_mean=[0.0] * 48, latents_std=[1.0] * 48)  # fmt: skip
         z, expand = 48, True
-        scheduler = FlowMatchEulerDiscreteScheduler(shift=5.0)
+        scheduler = FlowMatchEulerDiscreteScheduler(shift=5.0 if flow_shift is None else flow_shift)
     else:
-        raise ValueError(f"`variant` must be 'wan2.1' or 'wan2.2-ti2v', got {variant!r}")
+        raise ValueError(f"`variant` must be one of {', '.join(VARIANTS)}, got {variant!r}")
     transformer = WanTransformer3DModel(**tiny_transformer_config(z))
+    experts = {}
+    if variant == "wan2.2-a14b":  # the low-noise expert: same architecture, its own (seeded) weights
+        experts = dict(transformer_2=WanTransformer3DModel(**tiny_transformer_config(z)),
+                       boundary_ratio=A14B_BOUNDARY_RATIO)  # fmt: skip
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
-                       scheduler=scheduler, expand_timesteps=expand)  # fmt: skip
+                       scheduler=scheduler, expand_timesteps=expand, **experts)  # fmt: skip
     pipe.save_pretrained(path, safe_serialization=True)
     return path

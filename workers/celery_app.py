@@ -10,6 +10,11 @@ Redis delivers a running task again, and again). Redelivery is harmless anyway: 
 takes the job id, and `run_job` renders only after winning the store's lease. Cancellation is
 cooperative (a flag in the store, read every denoising step); revoke/terminate cannot stop a solo
 pool. Nothing here ever waits on another task's result.
+
+Routing (`api.routing`): the worker consumes its own queue `<queue>.worker.<id>` and the queues
+of the models it serves (`VIDEOGEN_WORKER_MODELS`, set by `videogen worker --model`; none: every
+model of its catalog and the bare queue), runs only jobs of those models, and registers them in
+the job store with a heartbeat (`WorkerRegistry`) that the API reads to route and admit jobs.
 """
 
 from __future__ import annotations
@@ -18,18 +23,35 @@ import logging
 import os
 import socket
 import sys
+import threading
 import uuid
 
 from celery import Celery, Task
-from celery.signals import worker_init, worker_ready
-from kombu import Queue
+from celery.signals import worker_init, worker_ready, worker_shutdown
+from kombu import Exchange, Queue
 
 from videogen.api.dispatch import RENDER_TASK
+from videogen.api.routing import model_queue, parse_models, worker_queues
 from videogen.api.settings import ServiceSettings
 
 log = logging.getLogger("videogen.worker")
 
 settings = ServiceSettings()
+WORKER_ID = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"  # one process, one worker
+SERVES = parse_models(settings.worker_models)  # None: any model
+
+
+def _catalog_names() -> list[str]:
+    from videogen.api.catalog import ModelCatalog
+
+    try:
+        return ModelCatalog(settings).names()
+    except Exception:  # a bad VIDEOGEN_MODELS: the worker still serves the bare queue and its own
+        log.exception("the model catalog could not be read")
+        return []
+
+
+QUEUES = worker_queues(settings.queue, WORKER_ID, SERVES, _catalog_names() if SERVES is None else [])
 app = Celery("videogen", broker=settings.redis_url or "redis://127.0.0.1:6379/0")
 app.conf.update(
     task_acks_late=True,
@@ -39,7 +61,9 @@ app.conf.update(
     worker_pool="solo",
     task_ignore_result=True,
     task_default_queue=settings.queue,
-    task_queues=(Queue(settings.queue),),
+    # Each queue bound to its own direct exchange under its own name, as a sender's `queue=NAME`
+    # declares it: a shared default binding would copy one wake-up into every queue.
+    task_queues=tuple(Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES),
     broker_transport_options={"visibility_timeout": settings.visibility_timeout},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
@@ -63,20 +87,20 @@ class RenderTask(Task):
             store = JobStore(settings.db_url, output_ttl_seconds=settings.output_ttl_seconds,
                              tenant_max_running=settings.tenant_max_running,
                              tenant_weights=settings.tenant_weight_table)  # fmt: skip
-            worker_id = f"celery@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-            RenderTask._context = WorkerContext(
-                settings, store, open_storage(settings, min_free_bytes=0), ModelCache(settings.torch_threads), worker_id
-            )
+            models = ModelCache(settings.torch_threads, budget_gb=settings.model_cache_gb or None)
+            RenderTask._context = WorkerContext(settings, store, open_storage(settings, min_free_bytes=0), models,
+                                                WORKER_ID, serves=SERVES)  # fmt: skip
         return RenderTask._context
 
 
 @app.task(name=RENDER_TASK, base=RenderTask, bind=True, ignore_result=True)
-def render_job(self, job_id: str) -> str | None:
-    """A wake-up: run the store's fair-share next job (Celery's queue is FIFO; the store's order
-    is fair between tenants). `job_id` is what the sender had in mind; see `run_next`."""
+def render_job(self, job_id: str, worker: str | None = None) -> str | None:
+    """A wake-up: run the store's fair-share next job of this worker's models (Celery's queue is
+    FIFO; the store's order is fair between tenants). `job_id` is what the sender had in mind,
+    `worker` the worker it was addressed to (an extension's source's); see `run_next`."""
     from .jobs import run_next
 
-    return run_next(self.context, woken_for=job_id)
+    return run_next(self.context, woken_for=job_id, addressed=worker == WORKER_ID)
 
 
 @worker_init.connect
@@ -142,6 +166,56 @@ def _requeue_orphans(sender=None, **_kw) -> None:
     try:
         for job in render_job.context.store.requeue_expired():
             if job.status == "queued":
-                app.send_task(RENDER_TASK, args=[job.id], queue=settings.queue)
+                app.send_task(RENDER_TASK, args=[job.id], queue=model_queue(settings.queue, job.model))
     except Exception:  # the API's reaper does the same; never keep a worker from starting
         log.exception("requeue of orphaned jobs failed")
+
+
+class Heartbeat:
+    """Registers the worker and its models in the job store, then says every
+    `worker_heartbeat_seconds` that it is alive (`api.routing.WorkerRegistry`); a clean shutdown
+    marks it stopped at once. A beat that fails (the store hiccups) is retried at the next."""
+
+    def __init__(self) -> None:
+        from videogen.api.routing import WorkerRegistry
+
+        self.registry = WorkerRegistry.from_settings(render_job.context.store, settings)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="videogen-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.registry.heartbeat(WORKER_ID, SERVES)  # registered before the worker says `ready.`
+        self._thread.start()
+        log.info("worker %s serves %s; queues %s", WORKER_ID, ", ".join(SERVES) if SERVES else "any model",
+                 ", ".join(QUEUES))  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)  # a beat in flight must not undo `stopped`
+        self.registry.stopped(WORKER_ID)
+
+    def _run(self) -> None:
+        while not self._stop.wait(settings.worker_heartbeat_seconds):
+            try:
+                self.registry.heartbeat(WORKER_ID, SERVES)
+            except Exception:
+                log.warning("worker heartbeat failed", exc_info=True)
+
+
+_heartbeat: Heartbeat | None = None
+
+
+@worker_init.connect
+def _register(sender=None, **_kw) -> None:
+    global _heartbeat
+    _heartbeat = Heartbeat()
+    _heartbeat.start()
+
+
+@worker_shutdown.connect
+def _unregister(sender=None, **_kw) -> None:
+    if _heartbeat is not None:
+        try:
+            _heartbeat.stop()
+        except Exception:  # the store is gone: the worker is down once its beats stop anyway
+            log.warning("could not mark the worker stopped", exc_info=True)

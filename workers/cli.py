@@ -27,6 +27,7 @@ def add_service_commands(sub) -> None:
     s.add_argument("--log-level", default="info")
     s.add_argument("--log-format", choices=("text", "json"),
                    help="text (default), or json: one object per line for log shippers (env VIDEOGEN_LOG_FORMAT)")  # fmt: skip
+    add_memory_arguments(s)
     s.set_defaults(func=cmd_serve)
 
     w = sub.add_parser("worker", help="run one Celery worker (solo pool) for a fleet; needs REDIS_URL",
@@ -34,13 +35,60 @@ def add_service_commands(sub) -> None:
                                    "loading each model once.")  # fmt: skip
     w.add_argument("--gpu", type=int, help="GPU index: sets CUDA_VISIBLE_DEVICES=N (default: leave as is)")
     w.add_argument("--name", help="Celery node name (default videogen-gpuN@host)")
+    w.add_argument("--model", action="append", dest="models", metavar="NAME",
+                   help="serve only this model (repeatable; a preset or VIDEOGEN_MODELS name). Default: any "
+                        "model. Jobs are routed by model (docs/service.md, Routing)")  # fmt: skip
+    w.add_argument("--model-cache-gb", type=float,
+                   help="GiB of model weights the worker keeps loaded, least recently used evicted (default: "
+                        "one model on CUDA, unbounded on CPU; env VIDEOGEN_MODEL_CACHE_GB)")  # fmt: skip
     w.add_argument("--log-level", default="info")
     w.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (env VIDEOGEN_WORKER_METRICS_PORT)")  # fmt: skip
     w.add_argument("--metrics-host", help="address the metrics port listens on (default 0.0.0.0)")
     w.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="text, or json: one object per line for log shippers")  # fmt: skip
+    add_memory_arguments(w)
     w.set_defaults(func=cmd_worker)
+
+
+def add_memory_arguments(p) -> None:
+    """The worker's memory settings (every job it runs; `videogen.models.memory`)."""
+    p.add_argument("--offload", metavar="MODE",
+                   help="none | model | group: keep model components on the CPU and move each (model) or each "
+                        "transformer block (group) to the GPU while used, e.g. Wan 14B on 24 GB (default: each "
+                        "preset's; env VIDEOGEN_OFFLOAD)")  # fmt: skip
+    p.add_argument("--vae-tiling", metavar="MODE",
+                   help="auto | on | off: tiled VAE decode; auto from 720p (default: each preset's; env VIDEOGEN_VAE_TILING)")  # fmt: skip
+
+
+def apply_memory_arguments(args) -> str | None:
+    """Export --offload/--vae-tiling to the loader (the environment reaches an embedded worker's child
+    process too); the one-line error for an unknown mode."""
+    from videogen.config.presets import OFFLOAD_MODES, VAE_TILING_MODES
+
+    for option, value, modes, env in (("--offload", args.offload, OFFLOAD_MODES, "VIDEOGEN_OFFLOAD"),
+                                      ("--vae-tiling", args.vae_tiling, VAE_TILING_MODES, "VIDEOGEN_VAE_TILING")):  # fmt: skip
+        if value is None:
+            continue
+        if value not in modes:
+            return f"{option}={value}: must be one of {', '.join(modes)}"
+        os.environ[env] = value
+    return None
+
+
+def _unknown_models(models: list[str]) -> str | None:
+    """The one-line error for a `--model` this server's catalog (presets, VIDEOGEN_MODELS) lacks."""
+    from videogen.api.catalog import ModelCatalog
+    from videogen.api.settings import ServiceSettings
+
+    try:
+        names = ModelCatalog(ServiceSettings()).names()
+    except ValueError as exc:  # a bad VIDEOGEN_MODELS
+        return str(exc)
+    for name in models:
+        if name not in names or "," in name:
+            return f"--model={name}: not a model of this server (available: {', '.join(names)})"
+    return None
 
 
 def _error(message: str) -> int:
@@ -68,6 +116,8 @@ WORKER_MODULES = ("celery", "redis", "pydantic_settings", "sqlalchemy")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if (message := _missing_server_extra("serve", SERVE_MODULES)) is not None:
+        return _error(message)
+    if (message := apply_memory_arguments(args)) is not None:
         return _error(message)
     from videogen.api.settings import ServiceSettings, is_loopback
 
@@ -176,6 +226,8 @@ def _start_service(settings):
 def cmd_worker(args: argparse.Namespace) -> int:
     if (message := _missing_server_extra("worker", WORKER_MODULES)) is not None:
         return _error(message)
+    if (message := apply_memory_arguments(args)) is not None:
+        return _error(message)
     if args.gpu is not None:
         if args.gpu < 0:
             return _error(f"--gpu={args.gpu}: must be a GPU index >= 0")
@@ -188,6 +240,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
         os.environ["VIDEOGEN_WORKER_METRICS_PORT"] = str(args.metrics_port)  # read by workers.celery_app
     if args.metrics_host:
         os.environ["VIDEOGEN_WORKER_METRICS_HOST"] = args.metrics_host
+    if args.model_cache_gb is not None:
+        if not args.model_cache_gb > 0:
+            return _error(f"--model-cache-gb={args.model_cache_gb:g}: must be > 0 (GiB)")
+        os.environ["VIDEOGEN_MODEL_CACHE_GB"] = str(args.model_cache_gb)
+    if args.models:
+        if (problem := _unknown_models(args.models)) is not None:
+            return _error(problem)
+        os.environ["VIDEOGEN_WORKER_MODELS"] = ",".join(args.models)  # read by workers.celery_app
     from videogen.api.logs import setup_logging
 
     setup_logging(args.log_level, args.log_format)

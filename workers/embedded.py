@@ -49,7 +49,7 @@ class EmbeddedWorker:
 
     def __init__(self, service: Service, wakeup, stop, parent_pid: int | None = None) -> None:
         self.ctx = WorkerContext(service.settings, service.store, service.storage,
-                                 ModelCache(service.settings.torch_threads),
+                                 ModelCache(service.settings.torch_threads, service.settings.model_cache_gb or None),
                                  worker_id=f"embedded@{socket.gethostname()}:{os.getpid()}")  # fmt: skip
         self.wakeup, self.stop = wakeup, stop
         self.parent_pid = parent_pid

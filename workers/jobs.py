@@ -54,6 +54,7 @@ class WorkerContext:
     storage: OutputStorage
     models: ModelCache
     worker_id: str
+    serves: tuple[str, ...] | None = None  # the models it runs (`videogen worker --model`); None: any
 
     def __post_init__(self) -> None:
         worker_metrics().worker_started(self.worker_id)
@@ -125,17 +126,24 @@ class _StepBatcher:
         self.last = time.monotonic()
 
 
-def run_next(ctx: WorkerContext, woken_for: str | None = None) -> str | None:
-    """Claim and run the store's fair-share next job (`JobStore.next_queued`). A broker message is
-    a wake-up, not an assignment: the id it carries (`woken_for`) is run only when no queued job
-    can be claimed and it is a job whose worker vanished (in progress, lease run out). Returns
-    the final status of the job run, None when there was nothing to run."""
-    for job_id in ctx.store.next_queued():
+def run_next(ctx: WorkerContext, woken_for: str | None = None, addressed: bool = False) -> str | None:
+    """Claim and run the store's fair-share next job of the models this worker serves
+    (`JobStore.next_queued`). A broker message is a wake-up, not an assignment: the id it carries
+    (`woken_for`) is run first only when the message was `addressed` to this worker (an extension
+    of a video it rendered, `api.routing`) and fair share would run it soon (among the next
+    candidates); otherwise only when no queued job can be claimed and it is a job whose worker
+    vanished (in progress, lease run out). Returns the final status of the job run, None when
+    there was nothing to run."""
+    candidates = ctx.store.next_queued(models=ctx.serves)
+    if addressed and woken_for in candidates:
+        candidates.remove(woken_for)
+        candidates.insert(0, woken_for)
+    for job_id in candidates:
         if (status := run_job(job_id, ctx)) is not None:
             return status
     if woken_for is not None:
         job = ctx.store.get_any(woken_for)
-        if job is not None and job.status == IN_PROGRESS:
+        if job is not None and job.status == IN_PROGRESS and (ctx.serves is None or job.model in ctx.serves):
             return run_job(woken_for, ctx)
     return None
 

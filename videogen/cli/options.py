@@ -15,6 +15,7 @@ EXIT_BAD_INPUT = 2
 SPEC_FIELD_OPTIONS = {  # a spec field -> the CLI's name for it, where the two differ
     "prompt": "PROMPT",
     "health_checks": "--checks",
+    "loras": "--lora",
     "size": "--size",
     "seconds": "--seconds",
     "fps": "--fps",

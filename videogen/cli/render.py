@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from videogen.cli.options import print_library_warnings
-from videogen.config.presets import HEALTH_CHECKS, parse_size
-from videogen.config.spec import DEFAULT_SECONDS, RenderSpec, Shot
+from videogen.config.presets import CONTINUATION_MODES, HEALTH_CHECKS, IMAGE_FITS, parse_size
+from videogen.config.spec import DEFAULT_SECONDS, Lora, RenderSpec, Shot
 from videogen.errors import InvalidOption
 
 if TYPE_CHECKING:
@@ -71,11 +71,16 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="preset name or local diffusers folder (default: builtin)")
     p.add_argument("--checkpoint", metavar="FILE",
                    help="transformer weights replacing the model's (.safetensors/.pt, original Wan or diffusers names)")  # fmt: skip
+    add_lora_argument(p)
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int)
     p.add_argument("--guidance", type=float)
-    p.add_argument("--flow-shift", type=float)
+    p.add_argument("--guidance-2", type=float, dest="guidance_2",
+                   help="two-expert models (Wan 2.2 A14B): the low-noise expert's guidance (default: --guidance)")  # fmt: skip
+    p.add_argument(
+        "--flow-shift", type=float, help="the scheduler's shift (default: the preset's, else the model folder's)"
+    )
     p.add_argument("--seed", type=int, help="noise seed (default 0)")
     p.add_argument("--negative-prompt")
     p.add_argument("--segment-seconds", type=float)
@@ -84,12 +89,30 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
         "--attention", help="dense | sparse | sparse-triton | sparse-cpu | reference (default: the preset's)"
     )
     p.add_argument("--image", help="start the video from this image (image-to-video; its first frame)")
+    p.add_argument("--image-fit", choices=IMAGE_FITS,
+                   help="an --image of another aspect ratio: cover (default: scale to cover, keep the centre), "
+                        "stretch (distorts), contain (black bars)")  # fmt: skip
+    p.add_argument("--continuation", choices=CONTINUATION_MODES,
+                   help="how a continuing segment (and --image) conditions on its prefix: clean (held clean at "
+                        "timestep 0, for models trained on it) or renoise (training-free, re-noised every step); "
+                        "default: the preset's")  # fmt: skip
     p.add_argument("--drift-mode", help="colour drift correction mode (default: the stitcher's)")
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
     add_health_arguments(p, "segment")
+    p.add_argument("--cache", metavar="MODE",
+                   help="step caching: off | first-block | mag (default: the preset's; off unless measured safe)")  # fmt: skip
+    p.add_argument("--cache-threshold", type=float, metavar="X",
+                   help="the cache's threshold, 0..1 (0: never skip; default: the preset's measured one)")  # fmt: skip
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
     p.add_argument("--workdir", help="checkpoint folder: an interrupted render resumes from its last segment")
+    add_threads_argument(p)
+    p.add_argument("--offload", metavar="MODE",
+                   help="none | model | group: keep components on the CPU and move each (model) or each "
+                        "transformer block (group) to the GPU while used (CUDA only; default: the preset's, none)")  # fmt: skip
+    p.add_argument("--vae-tiling", metavar="MODE",
+                   help="auto | on | off: decode in spatial tiles (less memory); auto: from 720p (default: the preset's)")  # fmt: skip
+    p.add_argument("--yes", action="store_true", help="start a render estimated to take more than an hour")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_render)
 
@@ -101,6 +124,32 @@ def add_health_arguments(p: argparse.ArgumentParser, unit: str) -> None:
     p.add_argument("--checks", metavar="A,B,...",
                    help=f"the health gate's checks ({', '.join(HEALTH_CHECKS)}; default: all)")  # fmt: skip
     p.add_argument("--gate", choices=("on", "off"), help="off: no health gate (no checks, no retries)")
+
+
+def add_threads_argument(p: argparse.ArgumentParser) -> None:
+    """`--threads` (`videogen render`, `videogen stream`): torch's CPU threads (`videogen.config.threads`)."""
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: one per physical core; waiting threads sleep)")  # fmt: skip
+
+
+def add_lora_argument(p: argparse.ArgumentParser) -> None:
+    """`--lora PATH[:SCALE]`, repeatable (`videogen render`, `videogen stream`)."""
+    p.add_argument("--lora", action="append", default=[], metavar="PATH[:SCALE]",
+                   help="a LoRA adapter (.safetensors, original Wan or diffusers names) at SCALE (default 1); repeat")  # fmt: skip
+
+
+def lora_options(values: list[str]) -> list[Lora]:
+    """`--lora PATH[:SCALE]` values as the spec's `loras` (a path may itself contain ':')."""
+    loras = []
+    for text in values:
+        path, sep, scale = text.rpartition(":")
+        if not sep or text.endswith(".safetensors"):  # no scale given
+            path, scale = text, "1"
+        try:
+            loras.append(Lora(path, float(scale)))
+        except ValueError:
+            raise InvalidOption("loras", text, f"scale {scale!r} is not a number (expected PATH[:SCALE])") from None
+    return loras
 
 
 def health_options(args: argparse.Namespace) -> dict:
@@ -139,6 +188,7 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
         fps=args.fps,
         steps=args.steps,
         guidance=args.guidance,
+        guidance_2=args.guidance_2,
         flow_shift=args.flow_shift,
         seed=args.seed,
         negative_prompt=args.negative_prompt,
@@ -148,9 +198,15 @@ def spec_from_args(args: argparse.Namespace) -> RenderSpec:
         device=args.device,
         dtype=args.dtype,
         image=args.image,
+        image_fit=args.image_fit,
+        continuation=args.continuation,
+        cache=args.cache,
+        cache_threshold=args.cache_threshold,
     )
     options = {name: value for name, value in given.items() if value is not None}  # unset: the spec's default
     options.update(health_options(args))
+    if args.lora:
+        options["loras"] = lora_options(args.lora)
     return RenderSpec(shots=[Shot(p, float(s)) for p, s in shots], drift_correction=drift, **options).validate()
 
 
@@ -215,18 +271,26 @@ class _ProgressDisplay:
 def cmd_render(args: argparse.Namespace) -> int:
     """Load the model, report all bad input, then render with progress on stderr."""
     from videogen.config.resolve import resolve_render
+    from videogen.config.threads import check_threads, use_threads
     from videogen.io.video import check_output_path
+
+    check_threads(args.threads)
+    spec = spec_from_args(args)
+    check_output_path(args.output)
+    resolved = resolve_render(spec)  # all bad input is reported before the model loads
+    use_threads(args.threads)  # before torch is imported (its OpenMP wait policy)
+    from videogen.cli.estimates import confirm_render_cost, print_memory_estimate
     from videogen.models.loader import load_model
     from videogen.rendering.render import render
 
-    spec = spec_from_args(args)
-    check_output_path(args.output)
-    resolve_render(spec)  # all bad input is reported before the model loads
+    confirm_render_cost(resolved, spec.model, spec.device, args.yes, args.quiet)  # an hours-long render asks first
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(spec.model, device=spec.device, dtype=spec.dtype, attention=spec.attention,
-                           checkpoint=args.checkpoint)  # fmt: skip
+                           checkpoint=args.checkpoint, offload=args.offload, vae_tiling=args.vae_tiling)  # fmt: skip
     print_library_warnings(caught, args.quiet)
+    if not args.quiet:
+        print_memory_estimate(model, resolved)
     progress = None if args.quiet else _ProgressDisplay(model)
     for event in render(spec, args.output, model=model, workdir=args.workdir):
         if progress is not None:

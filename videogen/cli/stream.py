@@ -19,7 +19,13 @@ import warnings
 from pathlib import Path
 
 from videogen.cli.options import print_library_warnings
-from videogen.cli.render import add_health_arguments, health_options
+from videogen.cli.render import (
+    add_health_arguments,
+    add_lora_argument,
+    add_threads_argument,
+    health_options,
+    lora_options,
+)
 from videogen.config.spec import StreamSpec
 from videogen.errors import InvalidOption
 
@@ -48,6 +54,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
         help="causal generator weights (original Wan or diffusers naming, "
         "e.g. Self-Forcing / CausVid / LongLive) over --model's Wan folder",
     )
+    add_lora_argument(p)
     p.add_argument("--size", help="WIDTHxHEIGHT")
     p.add_argument("--fps", type=float)
     p.add_argument("--steps", type=int, help="denoising steps per chunk")
@@ -59,6 +66,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> None:
     add_health_arguments(p, "chunk")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (default auto)")
+    add_threads_argument(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_stream)
 
@@ -95,6 +103,8 @@ def spec_from_args(args: argparse.Namespace) -> StreamSpec:
     )
     options = {name: value for name, value in given.items() if value is not None}
     options.update(health_options(args))
+    if args.lora:
+        options["loras"] = lora_options(args.lora)
     if args.forever:
         options["seconds"] = None  # until interrupted
     spec = StreamSpec(prompt=args.prompt, switches=[_parse_switch(s) for s in args.switch], **options)
@@ -151,9 +161,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from videogen.config.resolve import resolve_stream
-    from videogen.models.loader import load_model
-    from videogen.streaming.stream import StreamChunk, StreamControl, stream
+    from videogen.config.threads import check_threads, use_threads
 
+    check_threads(args.threads)
     fmt = args.format or ("mjpeg" if args.output == "-" else "mjpeg" if args.output.endswith(".mjpeg") else "mp4")
     if fmt == "mp4" and args.output == "-":
         raise InvalidOption("--format", fmt, "stdout takes mjpeg or raw (an MP4 is not streamable through a pipe)")
@@ -161,6 +171,10 @@ def cmd_stream(args: argparse.Namespace) -> int:
         raise InvalidOption("--output", args.output, "an MP4 output must end in .mp4 (or pass --format mjpeg|raw)")
     spec = spec_from_args(args)
     resolved = resolve_stream(spec)  # all bad input is reported before the model loads
+    use_threads(args.threads)  # before torch is imported (its OpenMP wait policy)
+    from videogen.models.loader import load_model
+    from videogen.streaming.stream import StreamChunk, StreamControl, stream
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = load_model(

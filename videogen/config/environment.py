@@ -5,6 +5,8 @@ VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cach
 VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
 VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS  the same for the causal (streaming) built-in model
 VIDEOGEN_TRUST_CHECKPOINTS  1: unpickle --checkpoint files that hold more than tensors (can run code)
+VIDEOGEN_OFFLOAD      none | model | group: where a model's components live (`videogen worker/serve --offload`)
+VIDEOGEN_VAE_TILING   auto | on | off: tiled VAE decode (`videogen worker/serve --vae-tiling`)
 """
 
 from __future__ import annotations
@@ -36,3 +38,13 @@ def builtin_weights(default: Path, variant: str = "builtin") -> Path:
 
 def trust_checkpoints() -> bool:
     return os.environ.get("VIDEOGEN_TRUST_CHECKPOINTS", "") == "1"
+
+
+def offload() -> str | None:
+    """$VIDEOGEN_OFFLOAD (set by `videogen worker/serve --offload`); None: unset."""
+    return os.environ.get("VIDEOGEN_OFFLOAD") or None
+
+
+def vae_tiling() -> str | None:
+    """$VIDEOGEN_VAE_TILING (set by `videogen worker/serve --vae-tiling`); None: unset."""
+    return os.environ.get("VIDEOGEN_VAE_TILING") or None

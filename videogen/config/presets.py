@@ -5,19 +5,36 @@ Presets are data in `configs/models.yaml`; this module only reads and checks the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 from videogen.config import environment
+from videogen.config.step_cache import CachePreset
 from videogen.errors import ModelLoadError
 
 ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
 # The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
-HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss")
+HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies")
 MAX_RETRIES = 10
+# How a continuing segment (or an image-to-video start) sees its latent prefix
+# (`videogen.sampling.loop.denoise_segment`; docs/architecture.md, "Continuation in latent space"):
+#   clean    the prefix is given clean, its tokens at timestep 0 (Wan's per-token timesteps): for
+#            models trained on clean context (SkyReels-V2 diffusion forcing, Wan 2.2 TI2V, the built-in one)
+#   renoise  training-free: the prefix is re-noised to every step's noise level and the whole
+#            latent is denoised at one timestep (RePaint/SDEdit-style): for models that never saw
+#            mixed timesteps (Wan 2.1 T2V)
+CONTINUATION_MODES = ("clean", "renoise")
+# How a start image (`--image`) of another aspect ratio fills the frame (`videogen.rendering.image`):
+# cover (default: scaled to cover, centre-cropped; nothing is distorted), stretch (scaled to the
+# frame, distorted, as diffusers' pipelines do), contain (scaled to fit, centred on black bars).
+IMAGE_FITS = ("cover", "stretch", "contain")
+# Where a model's components live during a render (`videogen.models.memory`): none (all on the
+# device), model (whole components moved to the device while used), group (the transformer block by block).
+OFFLOAD_MODES = ("none", "model", "group")
+VAE_TILING_MODES = ("auto", "on", "off")  # tiled VAE decode; auto: from 720p (`videogen.models.memory.vae_tiling_on`)
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,9 @@ class HealthConfig:
     foreground_ratio: float = 0.35  # content loss: foreground mass below this share of the previous segment's
     foreground_floor: float = 0.02  # ... when that held at least this share of the frame
     histogram_distance: float = 0.5  # content loss: the colour histogram moved this far from the previous segment's
+    copies_fraction: float = 0.1  # copies: more than this share of new frames shows more copies of a colour than the
+    object_area: float = 0.01  # anchor (components of at least this share of the frame), or foreground below
+    lost_share: float = 0.75  # this share of the anchor's (an object lost)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.checks if c not in HEALTH_CHECKS]
@@ -106,7 +126,9 @@ class Preset:
     fps: float
     steps: int
     guidance: float
-    flow_shift: float
+    # The scheduler's shift. None: the model folder's own (its scheduler config's `flow_shift` or
+    # `shift`, as diffusers' WanPipeline samples it); a preset that writes one overrides the folder.
+    flow_shift: float | None
     segment_seconds: float
     overlap_frames: int
     attention: str
@@ -119,6 +141,15 @@ class Preset:
     # model was fine-tuned on such context: `videogen train builtin --context-noise`), so it keeps
     # the prefix's layout without copying its pixel-level artefacts. 0: clean (any other model).
     context_noise: float = 0.0
+    continuation: str = "clean"  # how a segment sees its prefix (`CONTINUATION_MODES`): what the model was trained for
+    # Two-expert folders (Wan 2.2 A14B): the low-noise expert's guidance scale (diffusers'
+    # `guidance_scale_2`). None: `guidance`.
+    guidance_2: float | None = None
+    offload: str = "none"  # `OFFLOAD_MODES`: the default of `--offload` for this model (CUDA only)
+    vae_tiling: str = "auto"  # `VAE_TILING_MODES`: the default of `--vae-tiling`
+    cache: CachePreset = field(
+        default_factory=CachePreset
+    )  # step caching: default mode and measured thresholds (`--cache`)
 
     @property
     def available(self) -> bool:
@@ -151,7 +182,8 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             fps=float(raw["fps"]),
             steps=int(raw["steps"]),
             guidance=float(raw["guidance"]),
-            flow_shift=float(raw.get("flow_shift", 3.0)),
+            # The built-in model has no scheduler config of its own: 3.0 unless its preset says.
+            flow_shift=float(raw["flow_shift"]) if "flow_shift" in raw else (3.0 if kind == "builtin" else None),
             segment_seconds=float(raw["segment_seconds"]),
             overlap_frames=int(raw["overlap_frames"]),
             attention=attention,
@@ -161,7 +193,22 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             health=_health(name, config_file, raw.get("health") or {}),
             limits=_limits(name, config_file, raw.get("limits") or {}),
             context_noise=float(raw.get("context_noise", 0.0)),
+            continuation=str(raw.get("continuation", "clean")),
+            guidance_2=float(raw["guidance_2"]) if raw.get("guidance_2") is not None else None,
+            offload=str(raw.get("offload", "none")),
+            vae_tiling=str(raw.get("vae_tiling", "auto")),
+            cache=_cache(name, config_file, raw.get("cache") or {}),
         )
+        if presets[name].offload not in OFFLOAD_MODES or presets[name].vae_tiling not in VAE_TILING_MODES:
+            raise ModelLoadError(f"preset {name!r} in {config_file}: offload must be one of {', '.join(OFFLOAD_MODES)} "
+                                 f"and vae_tiling one of {', '.join(VAE_TILING_MODES)}")  # fmt: skip
+        if presets[name].continuation not in CONTINUATION_MODES:
+            raise ModelLoadError(f"preset {name!r} in {config_file}: continuation must be one of "
+                                 f"{', '.join(CONTINUATION_MODES)}, got {presets[name].continuation!r}")  # fmt: skip
+        guidance_2 = presets[name].guidance_2
+        if guidance_2 is not None and not 0.0 <= guidance_2 <= 50.0:
+            raise ModelLoadError(f"preset {name!r} in {config_file}: guidance_2 must be in [0, 50], "
+                                 f"got {guidance_2}")  # fmt: skip
         if not 0.0 <= presets[name].context_noise <= 0.5:
             raise ModelLoadError(f"preset {name!r} in {config_file}: context_noise must be in [0, 0.5], "
                                  f"got {presets[name].context_noise}")  # fmt: skip
@@ -184,6 +231,16 @@ def _health(name: str, config_file: Path, raw: dict) -> HealthConfig:
         return HealthConfig(**values)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"preset {name!r} in {config_file}: health: {exc}") from None
+
+
+def _cache(name: str, config_file: Path, raw: dict) -> CachePreset:
+    """A preset's `cache:` block (`videogen.config.step_cache.CachePreset`)."""
+    from videogen.errors import InvalidOption
+
+    try:
+        return CachePreset.from_yaml(raw)
+    except (InvalidOption, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"preset {name!r} in {config_file}: cache: {exc}") from None
 
 
 def _limits(name: str, config_file: Path, raw: dict) -> AdmissionLimits:
@@ -241,7 +298,10 @@ def resolve_preset(model: str) -> Preset:
 
 def preset_for_folder(path: Path) -> Preset:
     """Defaults for `--model PATH`: the preset pointing at that folder, else Wan 2.1-style defaults
-    adapted to the folder's VAE (Wan 2.2's 16x VAE gets the TI2V defaults)."""
+    adapted to the folder's VAE (Wan 2.2's 16x VAE gets the TI2V defaults). Its continuation is
+    "clean" where the model was trained on clean context (per-token timesteps: `expand_timesteps`
+    in model_index.json, Wan 2.2 TI2V; a diffusion-forcing pipeline, SkyReels-V2), else "renoise"
+    (Wan 2.1 T2V). Its flow shift is left to the folder's scheduler (`folder_flow_shift`)."""
     path = path.resolve()
     for preset in load_presets().values():
         if preset.path is not None and preset.path.expanduser().resolve() == path:
@@ -250,8 +310,44 @@ def preset_for_folder(path: Path) -> Preset:
 
     vae_cfg = path / "vae" / "config.json"
     z_dim = json.loads(vae_cfg.read_text()).get("z_dim", 16) if vae_cfg.is_file() else 16
+    index_file = path / "model_index.json"
+    index = json.loads(index_file.read_text()) if index_file.is_file() else {}
+    trained_on_clean_context = bool(index.get("expand_timesteps")) or "DiffusionForcing" in str(
+        index.get("_class_name")
+    )
+    continuation = "clean" if trained_on_clean_context else "renoise"
     if z_dim == 48:  # Wan 2.2 TI2V's high-compression VAE
         return Preset(path.name, "diffusers", "local folder (Wan 2.2 TI2V defaults)", (1280, 704), 24.0,
-                      50, 5.0, 5.0, 5.0, 17, "dense", path)  # fmt: skip
+                      50, 5.0, None, 5.0, 17, "dense", path, continuation=continuation)  # fmt: skip
     return Preset(path.name, "diffusers", "local folder (Wan 2.1 defaults)", (832, 480), 16.0,
-                  50, 5.0, 3.0, 5.0, 17, "dense", path)  # fmt: skip
+                  50, 5.0, None, 5.0, 17, "dense", path, continuation=continuation)  # fmt: skip
+
+
+def folder_flow_shift(path: Path) -> float | None:
+    """The shift a diffusers folder's scheduler config sets: `flow_shift` (UniPC) or `shift`
+    (FlowMatchEuler), whichever its class reads, as diffusers' WanPipeline samples it. None: the
+    config sets neither (the scheduler's class default applies) or there is none to read."""
+    import json
+
+    try:
+        cfg = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    euler = cfg.get("_class_name") == "FlowMatchEulerDiscreteScheduler"
+    for key in ("shift", "flow_shift") if euler else ("flow_shift", "shift"):
+        if isinstance(cfg.get(key), (int, float)) and not isinstance(cfg.get(key), bool):
+            return float(cfg[key])
+    return None
+
+
+def folder_has_two_experts(path: Path) -> bool:
+    """Whether a diffusers folder is a two-expert model (Wan 2.2 A14B): `model_index.json` names a
+    `transformer_2` and a `boundary_ratio` (the denoising loop switches experts only with both)."""
+    import json
+
+    try:
+        index = json.loads((path / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return False
+    second = index.get("transformer_2")
+    return bool(second and second[0]) and index.get("boundary_ratio") is not None

@@ -13,13 +13,21 @@ validates requests with it before a worker ever loads the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from videogen.config.geometry import ModelGeometry, geometry_for
 from videogen.config.plan import RenderPlan, frames_for, plan_render
-from videogen.config.presets import HealthConfig, Preset, load_presets, resolve_preset
-from videogen.config.spec import RenderSpec, Shot, StreamSpec
+from videogen.config.presets import (
+    HealthConfig,
+    Preset,
+    folder_flow_shift,
+    folder_has_two_experts,
+    load_presets,
+    resolve_preset,
+)
+from videogen.config.spec import Lora, RenderSpec, Shot, StreamSpec
+from videogen.config.step_cache import StepCacheConfig
 from videogen.errors import InvalidOption
 
 
@@ -32,9 +40,10 @@ class ResolvedSettings:
     fps: float
     steps: int
     guidance: float
-    flow_shift: float
+    flow_shift: float | None  # None: the folder's scheduler sets none (its class default applies)
     segment_seconds: float
     overlap_frames: int
+    guidance_2: float | None = None  # the low-noise expert's guidance (two-expert models); None: one expert
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,14 @@ class ResolvedRender:
     device: str
     dtype: str
     health: HealthConfig  # the segment health gate: the preset's, with the request's checks and retries
+    continuation: str = (
+        "clean"  # how a segment sees its prefix: the request's, else the preset's (`CONTINUATION_MODES`)
+    )
+    image_fit: str = "cover"  # how `image` fills the frame (`IMAGE_FITS`)
+    loras: tuple[Lora, ...] = ()  # adapters on the transformer for this render (`videogen.models.lora`)
+    cache: StepCacheConfig = field(
+        default_factory=StepCacheConfig
+    )  # step caching: the request's mode/threshold, else the preset's
 
     @property
     def total_steps(self) -> int:
@@ -71,7 +88,7 @@ class ResolvedStream:
     fps: float
     steps: int  # denoising steps per chunk
     guidance: float
-    flow_shift: float
+    flow_shift: float | None  # None: the folder's scheduler sets none
     negative_prompt: str
     seed: int
     chunk_frames: int
@@ -85,6 +102,7 @@ class ResolvedStream:
     health: HealthConfig  # the chunk health gate, as for a render
     frames: int | None  # round(seconds * fps), exactly; None: until cancelled
     chunks: int | None  # chunks that make `frames`
+    loras: tuple[Lora, ...] = ()  # adapters on the transformer for the whole stream
 
 
 def resolve_render(spec: RenderSpec, preset: Preset | None = None, geometry: ModelGeometry | None = None, *,
@@ -96,15 +114,17 @@ def resolve_render(spec: RenderSpec, preset: Preset | None = None, geometry: Mod
     preset = preset if preset is not None else resolve_preset(spec.model)
     geometry = geometry if geometry is not None else geometry_for(preset)
     width, height = _frame_size(spec.size, preset, geometry)
+    guidance = _given(spec.guidance, preset.guidance)
     settings = ResolvedSettings(
         width=width,
         height=height,
         fps=_given(spec.fps, preset.fps),
         steps=_given(spec.steps, preset.steps),
-        guidance=_given(spec.guidance, preset.guidance),
-        flow_shift=_given(spec.flow_shift, preset.flow_shift),
+        guidance=guidance,
+        flow_shift=_given(spec.flow_shift, _flow_shift(preset)),
         segment_seconds=_given(spec.segment_seconds, preset.segment_seconds),
         overlap_frames=_given(spec.overlap_frames, preset.overlap_frames),
+        guidance_2=_guidance_2(spec.guidance_2, preset, guidance),
     )
     return ResolvedRender(
         shots=tuple(spec.shots),
@@ -119,6 +139,10 @@ def resolve_render(spec: RenderSpec, preset: Preset | None = None, geometry: Mod
         device=spec.device,
         dtype=spec.dtype,
         health=_health(preset.health, spec.retries, spec.health_checks),
+        continuation=_given(spec.continuation, preset.continuation),
+        image_fit=spec.image_fit,
+        loras=tuple(spec.loras),
+        cache=preset.cache.resolve(spec.cache, spec.cache_threshold),
     )
 
 
@@ -150,7 +174,7 @@ def resolve_stream(
         fps=fps,
         steps=_given(spec.steps, preset.steps),
         guidance=_given(spec.guidance, preset.guidance),
-        flow_shift=_given(spec.flow_shift, preset.flow_shift),
+        flow_shift=_given(spec.flow_shift, _flow_shift(preset)),
         negative_prompt=spec.negative_prompt,
         seed=spec.seed,
         chunk_frames=spec.chunk_frames,
@@ -164,12 +188,33 @@ def resolve_stream(
         health=_health(preset.health, spec.retries, spec.health_checks),
         frames=frames,
         chunks=None if frames is None else _chunks(frames, spec, geometry.temporal_factor),
+        loras=tuple(spec.loras),
     )
 
 
 def _given(value: Any, default: Any) -> Any:
     """The request's value where it sets one (None: unset; 0 and "" are values), else the preset's."""
     return default if value is None else value
+
+
+def _flow_shift(preset: Preset) -> float | None:
+    """The preset's flow shift where it writes one, else its model folder's own (the scheduler
+    config's, as diffusers' WanPipeline samples it; None: the config sets none)."""
+    if preset.flow_shift is not None or preset.path is None:
+        return preset.flow_shift
+    return folder_flow_shift(preset.path)
+
+
+def _guidance_2(given: float | None, preset: Preset, guidance: float) -> float | None:
+    """The low-noise expert's guidance scale for a two-expert folder (Wan 2.2 A14B): the request's,
+    else the preset's, else `guidance` (diffusers' `guidance_scale_2` default). None for a model
+    with one transformer, which refuses one given (diffusers' WanPipeline refuses it too)."""
+    if preset.path is None or not folder_has_two_experts(preset.path):
+        if given is not None:
+            raise InvalidOption("guidance_2", given, "applies only to two-expert models (Wan 2.2 A14B: "
+                                "transformer_2 and boundary_ratio); this model has one transformer")  # fmt: skip
+        return None
+    return _given(given, _given(preset.guidance_2, guidance))
 
 
 def _health(preset: HealthConfig, retries: int | None, checks: list[str] | None) -> HealthConfig:

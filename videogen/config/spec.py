@@ -13,7 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from videogen.config.presets import ATTENTION_BACKENDS, HEALTH_CHECKS, MAX_RETRIES
+from videogen.config.presets import ATTENTION_BACKENDS, CONTINUATION_MODES, HEALTH_CHECKS, IMAGE_FITS, MAX_RETRIES
+from videogen.config.step_cache import check_cache_options
 from videogen.errors import InvalidOption
 
 DEFAULT_SECONDS = 5.0  # a render's length when a prompt is given without one (CLI, Python)
@@ -26,7 +27,10 @@ MAX_SECONDS = 3600.0
 MAX_FPS = 120.0
 MAX_STEPS = 1000
 MAX_SIDE = 4096
+MAX_GUIDANCE = 50.0
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+MAX_LORAS = 8  # adapters per request
+MAX_LORA_SCALE = 5.0  # |scale|: published Wan LoRAs are used at 0.25..2; 10 is a typo
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,15 @@ class Shot:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Lora:
+    """A LoRA adapter for the transformer, for one request (`videogen.models.lora`): a
+    `.safetensors` file in original-Wan or diffusers key names, applied as W + scale * (alpha/r) B A."""
+
+    path: str
+    scale: float = 1.0
+
+
 @dataclass
 class RenderSpec:
     shots: list[Shot]
@@ -45,7 +58,7 @@ class RenderSpec:
     fps: float | None = None
     steps: int | None = None
     guidance: float | None = None
-    flow_shift: float | None = None
+    flow_shift: float | None = None  # None: the preset's, else the model folder's scheduler's
     seed: int = 0
     negative_prompt: str = ""
     segment_seconds: float | None = None
@@ -57,6 +70,14 @@ class RenderSpec:
     image: str | None = None  # first frame: an image file the video starts from (image-to-video)
     retries: int | None = None  # re-samplings of a segment that fails the health gate; None: the preset's
     health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
+    loras: list[Lora] = field(default_factory=list)  # adapters applied to the transformer for this render
+    continuation: str | None = None  # how a segment sees its prefix (`CONTINUATION_MODES`); None: the preset's
+    image_fit: str = "cover"  # how `image` of another aspect ratio fills the frame (`IMAGE_FITS`)
+    # Two-expert models (Wan 2.2 A14B): the low-noise expert's guidance scale (diffusers'
+    # `guidance_scale_2`); None: the preset's, else `guidance`. A one-expert model refuses it.
+    guidance_2: float | None = None
+    cache: str | None = None  # step caching (`CACHE_MODES`: off | first-block | mag); None: the preset's
+    cache_threshold: float | None = None  # the cache's threshold; None: the preset's measured one
 
     @classmethod
     def single(cls, prompt: str, seconds: float | None = None, **kw: Any) -> RenderSpec:
@@ -86,6 +107,8 @@ class RenderSpec:
         _check_sampling(self.size, self.fps, self.steps, self.guidance, self.seed)
         if self.flow_shift is not None:
             _check_range("flow_shift", self.flow_shift, 0.0, 100.0, open_low=True)
+        if self.guidance_2 is not None:
+            _check_range("guidance_2", self.guidance_2, 0.0, MAX_GUIDANCE)
         if self.segment_seconds is not None:
             _check_range("segment_seconds", self.segment_seconds, 0.0, MAX_SECONDS, open_low=True)
         if self.overlap_frames is not None and (not isinstance(self.overlap_frames, int) or self.overlap_frames < 1):
@@ -101,8 +124,14 @@ class RenderSpec:
 
             if not isinstance(self.image, str) or not Path(self.image).is_file():
                 raise InvalidOption("image", self.image, "no such image file")
+        if self.continuation is not None and self.continuation not in CONTINUATION_MODES:
+            raise InvalidOption("continuation", self.continuation, f"must be one of {', '.join(CONTINUATION_MODES)}")
+        if self.image_fit not in IMAGE_FITS:
+            raise InvalidOption("image_fit", self.image_fit, f"must be one of {', '.join(IMAGE_FITS)}")
         self.drift_config()
         check_health_options(self.retries, self.health_checks)
+        check_loras(self.loras)
+        check_cache_options(self.cache, self.cache_threshold)
         return self
 
     def drift_config(self):
@@ -136,6 +165,7 @@ class RenderSpec:
         kw["shots"] = [Shot(str(s["prompt"]), float(s["seconds"])) for s in data["shots"]]
         if kw.get("size") is not None:
             kw["size"] = tuple(kw["size"])
+        kw["loras"] = [Lora(**lora) for lora in kw.get("loras") or []]
         return cls(**kw)
 
 
@@ -160,6 +190,7 @@ class StreamSpec:
     window_frames: int = 6  # most recent latent frames kept in the cache
     switches: list[tuple[float, str]] = field(default_factory=list)  # (at second, prompt)
     checkpoint: str | None = None  # causal generator weights (e.g. Self-Forcing's) over a Wan folder
+    loras: list[Lora] = field(default_factory=list)  # adapters on the transformer for the whole stream
     retries: int | None = None  # re-generations of a chunk that fails the health gate; None: the preset's
     health_checks: list[str] | None = None  # the gate's checks; None: the preset's; []: the gate is off
     device: str = "auto"
@@ -179,10 +210,13 @@ class StreamSpec:
         if self.window_frames < self.chunk_frames:
             raise InvalidOption("window_frames", self.window_frames, f"must be >= chunk_frames ({self.chunk_frames})")
         _check_sampling(self.size, self.fps, self.steps, self.guidance, self.seed)
+        if self.flow_shift is not None:
+            _check_range("flow_shift", self.flow_shift, 0.0, 100.0, open_low=True)
         for at, prompt in self.switches:
             if at < 0 or not prompt.strip():
                 raise InvalidOption("switch", f"{at}:{prompt}", "needs a time >= 0 and a prompt")
         check_health_options(self.retries, self.health_checks)
+        check_loras(self.loras)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -197,6 +231,7 @@ class StreamSpec:
         if kw.get("size") is not None:
             kw["size"] = tuple(kw["size"])
         kw["switches"] = [(float(at), str(prompt)) for at, prompt in kw.get("switches") or []]
+        kw["loras"] = [Lora(**lora) for lora in kw.get("loras") or []]
         return cls(**kw)
 
 
@@ -213,6 +248,52 @@ def check_health_options(retries: Any, checks: Any) -> None:
                 raise InvalidOption("health_checks", check, f"unknown check (known: {', '.join(HEALTH_CHECKS)})")
 
 
+def check_loras(loras: Any) -> None:
+    """A request's LoRA adapters: InvalidOption naming `loras` (the CLI's `--lora`). Whether a file
+    fits the model is checked when it is loaded (`videogen.models.lora`)."""
+    from pathlib import Path
+
+    if not isinstance(loras, (list, tuple)) or not all(isinstance(lora, Lora) for lora in loras):
+        raise InvalidOption("loras", loras, "must be a list of LoRA adapters (path and scale)")
+    if len(loras) > MAX_LORAS:
+        raise InvalidOption("loras", len(loras), f"at most {MAX_LORAS} adapters per request")
+    seen = set()
+    for lora in loras:
+        if not isinstance(lora.path, str) or not lora.path.endswith(".safetensors"):
+            raise InvalidOption("loras", lora.path, "must be a .safetensors file")
+        if not Path(lora.path).is_file():
+            raise InvalidOption("loras", lora.path, "no such LoRA file")
+        if lora.path in seen:
+            raise InvalidOption("loras", lora.path, "is given twice")
+        seen.add(lora.path)
+        if isinstance(lora.scale, bool):
+            raise InvalidOption("loras", lora.scale, "the scale must be a number")
+        _check_range("loras", lora.scale, -MAX_LORA_SCALE, MAX_LORA_SCALE)
+
+
+def approved_lora(folder: Any, name: Any) -> str:
+    """The file `name` names inside the operator's LoRA folder (the service's `lora_dir`), or
+    InvalidOption naming `loras`: no folder configured, a name that leaves it (`../x`, an absolute
+    path, a symlink pointing out), or no such file."""
+    from pathlib import Path, PurePosixPath
+
+    if folder is None or not str(folder).strip():  # unset; never "" as the working directory
+        raise InvalidOption("loras", name, "this server offers no LoRA adapters (its operator sets VIDEOGEN_LORA_DIR)")
+    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+        raise InvalidOption("loras", name, "must be the name of a file in the server's LoRA folder")
+    if not name.endswith(".safetensors"):
+        raise InvalidOption("loras", name, "must be a .safetensors file")
+    if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+        raise InvalidOption("loras", name, "must name a file inside the server's LoRA folder")
+    root = Path(folder).expanduser().resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root):
+        raise InvalidOption("loras", name, "must name a file inside the server's LoRA folder")
+    if not path.is_file():
+        raise InvalidOption("loras", name, "no such LoRA on this server")
+    return str(path)
+
+
 def _check_sampling(size, fps, steps, guidance, seed) -> None:
     """The checks `RenderSpec` and `StreamSpec` share (None = the preset's value)."""
     if size is not None:
@@ -226,7 +307,7 @@ def _check_sampling(size, fps, steps, guidance, seed) -> None:
             raise InvalidOption("steps", steps, "must be a whole number")
         _check_range("steps", steps, 1, MAX_STEPS)
     if guidance is not None:
-        _check_range("guidance", guidance, 0.0, 50.0)
+        _check_range("guidance", guidance, 0.0, MAX_GUIDANCE)
     if not isinstance(seed, int) or not (0 <= seed < 2**63):
         raise InvalidOption("seed", seed, "must be a whole number in 0..2**63-1")
 

@@ -15,6 +15,7 @@ Video tensors are (B, 3, T, H, W) in [-1, 1]; latents are (B, C, F, h, w).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -62,10 +63,17 @@ class PixelCodec:
 
 
 class WanVAECodec:
-    """diffusers `AutoencoderKLWan` with Wan's latent normalisation."""
+    """diffusers `AutoencoderKLWan` with Wan's latent normalisation. `tiling` ("auto", "on", "off";
+    `videogen.models.memory.vae_tiling_on`) decides per call whether the VAE decodes in spatial
+    tiles (diffusers' `tiled_decode`, 256-pixel tiles at a 192 stride). Under CPU offload
+    (`videogen.models.memory.apply_offload`) the VAE lives on the CPU: `before_use` moves it to
+    `execution_device` before each call."""
 
-    def __init__(self, vae) -> None:
+    def __init__(self, vae, tiling: str = "auto") -> None:
         self.vae = vae
+        self.tiling = tiling
+        self.execution_device: torch.device | None = None  # None: where the VAE's weights are
+        self.before_use: Callable[[], None] | None = None
         cfg = vae.config
         self.temporal_factor = int(getattr(cfg, "scale_factor_temporal", None) or 4)
         self.spatial_factor = int(getattr(cfg, "scale_factor_spatial", None) or 8)
@@ -75,16 +83,25 @@ class WanVAECodec:
 
     @property
     def device(self) -> torch.device:
-        return next(self.vae.parameters()).device
+        return self.execution_device or next(self.vae.parameters()).device
+
+    def _prepare(self, width: int, height: int) -> None:
+        from videogen.models.memory import vae_tiling_on
+
+        if self.before_use is not None:
+            self.before_use()
+        self.vae.use_tiling = vae_tiling_on(self.tiling, width, height)
 
     @torch.no_grad()
     def encode(self, video: torch.Tensor) -> torch.Tensor:
+        self._prepare(video.shape[-1], video.shape[-2])
         x = video.to(self.device, self.vae.dtype)
         latents = self.vae.encode(x).latent_dist.mode().float()
         return (latents - self._mean.to(latents.device)) * self._inv_std.to(latents.device)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        self._prepare(latents.shape[-1] * self.spatial_factor, latents.shape[-2] * self.spatial_factor)
         z = latents.to(self.device, torch.float32)
         z = z / self._inv_std.to(z.device) + self._mean.to(z.device)
         video = self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0]

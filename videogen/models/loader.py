@@ -63,6 +63,8 @@ class VideoModel:
         return s * pw, s * ph
 
     def make_scheduler(self, flow_shift: float | None = None):
+        """The folder's scheduler with the resolved `flow_shift` (`videogen.config.resolve`: the
+        request's, else the preset's, else the folder's own) written over its config; None: the config's own."""
         import diffusers
 
         cfg = dict(self.scheduler_config)
@@ -116,23 +118,59 @@ def check_model_folder(path: Path) -> dict[str, Any]:
 
 
 def load_model(model: str = "", *, device: str = "auto", dtype: str = "auto", attention: str | None = None,
-               checkpoint: str | None = None) -> VideoModel:  # fmt: skip
+               checkpoint: str | None = None, offload: str | None = None,
+               vae_tiling: str | None = None) -> VideoModel:  # fmt: skip
     """Load a preset or folder. `attention` (None = the preset's default) is fixed for the model's life.
     `checkpoint`: a transformer weights file (original Wan or diffusers naming, e.g. a Self-Forcing
-    or CausVid `.pt`) that replaces the transformer's weights; it must fit the transformer's config."""
+    or CausVid `.pt`) that replaces the transformer's weights; it must fit the transformer's config.
+    `offload` ("none", "model", "group"; CUDA only) and `vae_tiling` ("auto", "on", "off"): None =
+    $VIDEOGEN_OFFLOAD / $VIDEOGEN_VAE_TILING (a worker's setting), else the preset's
+    (`videogen.models.memory`)."""
+    from videogen.config import environment
+    from videogen.models.memory import check_offload, check_vae_tiling
+
     preset = resolve_preset(model)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if offload is None:  # a worker's or preset's default: for the large models on a GPU, else none
+        offload = environment.offload() or preset.offload
+        offload = offload if dev.type == "cuda" and preset.kind != "builtin" else "none"
+    offload = check_offload(offload, dev)
+    if preset.kind == "builtin" and offload != "none":
+        raise InvalidOption("offload", offload, "the built-in model is small: it has nothing to offload")
+    tiling = check_vae_tiling(vae_tiling or environment.vae_tiling() or preset.vae_tiling)
     if preset.kind == "builtin":
         vm = _load_builtin(preset, dev, dt)
     else:
-        vm = _load_diffusers(preset, dev, dt)
+        vm = _load_diffusers(preset, dev, dt, place=dev if offload == "none" else torch.device("cpu"))
+        vm.codec.tiling = tiling
     if checkpoint is not None:
         _load_checkpoint(vm, checkpoint)
     from videogen.attention.processor import install_attention
 
     vm.attention = install_attention(vm, attention or preset.attention)
+    if offload != "none":
+        from videogen.models.memory import apply_offload
+
+        apply_offload(vm, offload, dev)
+    vm.extras["offload"] = offload
+    _log_memory(vm, offload, tiling)
     return vm
+
+
+def _log_memory(vm: VideoModel, offload: str, tiling: str) -> None:
+    """Log the peak-memory estimate of a segment at the preset's size (`videogen render` prints its own)."""
+    import logging
+
+    from videogen.models.memory import estimate_memory, vae_tiling_on
+
+    width, height = vm.preset.size
+    frames = round(vm.preset.segment_seconds * vm.preset.fps)
+    latent_frames = (frames - 1) // vm.codec.temporal_factor + 1
+    estimate = estimate_memory(vm, offload, width=width, height=height, latent_frames=latent_frames,
+                               vae_tiling=vae_tiling_on(tiling, width, height))  # fmt: skip
+    logging.getLogger("videogen.models").info("%s (%dx%d, %d latent frames)", estimate.describe(), width, height,
+                                              latent_frames)  # fmt: skip
 
 
 def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
@@ -174,7 +212,9 @@ def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> V
     )
 
 
-def _load_diffusers(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
+def _load_diffusers(preset: Preset, device: torch.device, dtype: torch.dtype,
+                    place: torch.device | None = None) -> VideoModel:  # fmt: skip
+    """`place`: where the weights go now (default `device`; the CPU when they are offloaded)."""
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
     from transformers import AutoTokenizer, UMT5EncoderModel
 
@@ -205,11 +245,12 @@ def _load_diffusers(preset: Preset, device: torch.device, dtype: torch.dtype) ->
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"--model: cannot load {str(path)!r}: {first_line}") from exc
 
-    transformer.to(device).eval()
+    place = device if place is None else place
+    transformer.to(place).eval()
     if transformer_2 is not None:
-        transformer_2.to(device).eval()
-    vae.to(device).eval()
-    text_encoder.to(device).eval()
+        transformer_2.to(place).eval()
+    vae.to(place).eval()
+    text_encoder.to(place).eval()
     return VideoModel(
         preset=preset,
         transformer=transformer,

@@ -8,15 +8,30 @@
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import re
 import warnings
 
+import regex
 import torch
 from torch import nn
 
+_FTFY = importlib.util.find_spec("ftfy") is not None  # decided once, as diffusers' `is_ftfy_available`
+
 
 def clean_prompt(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
+    """A prompt as diffusers' Wan pipelines clean it before tokenizing (`prompt_clean`), so the same
+    prompt gives the same embeddings: mojibake and stray escapes repaired by ftfy where it is
+    installed (diffusers checks the same), HTML entities decoded twice ("&amp;amp;" -> "&"),
+    every run of whitespace made one space, the ends trimmed. Whitespace is what the `regex`
+    package (diffusers' dependency) calls `\\s`, the Unicode White_Space property."""
+    if _FTFY:
+        import ftfy
+
+        text = ftfy.fix_text(text)
+    text = html.unescape(html.unescape(text)).strip()
+    return regex.sub(r"\s+", " ", text).strip()
 
 
 class T5PromptEncoder:

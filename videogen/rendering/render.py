@@ -31,6 +31,7 @@ from videogen.config.resolve import ResolvedRender, ResolvedSettings, resolve_re
 from videogen.config.spec import RenderSpec
 from videogen.errors import RenderCancelled
 from videogen.io.video import VideoWriter, check_output_path
+from videogen.models.lora import load_loras, lora_adapters
 from videogen.rendering.checkpoints import SegmentCheckpoints
 from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
 from videogen.rendering.gate import HealthHistory
@@ -87,6 +88,7 @@ def render(
     # 2. Resolve the request against the model and plan its segments.
     resolved = resolve_render(spec, model.preset, geometry_of(model), continue_first=continue_from is not None)
     settings, plan = resolved.settings, resolved.plan
+    load_loras(model, resolved.loras)  # a LoRA that does not fit the model fails here, before any work
     source = load_tail(continue_from, model.preset.name, settings) if continue_from is not None else None
     # 3. Restore: the checkpoints of an interrupted run, an extension's source.
     checkpoints = SegmentCheckpoints(Path(workdir), spec, model, continue_from) if workdir is not None else None
@@ -158,8 +160,9 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     """One new segment: denoise and stitch it, write its frames, checkpoint it, report it."""
     yield SegmentStarted(seg.index, seg.shot, seg.frames)
     last = seg.index == len(inputs.resolved.plan) - 1
-    out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
-                                  keep_state=keep_tail)  # fmt: skip
+    with lora_adapters(inputs.model, inputs.resolved.loras):  # the request's LoRAs; the base model after
+        out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
+                                      keep_state=keep_tail)  # fmt: skip
     handoff = out.latents.detach().to("cpu")
     if out.stitcher_state is not None:
         progress.tail = RenderTail(handoff, out.stitcher_state, asdict(inputs.resolved.settings),

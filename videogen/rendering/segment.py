@@ -73,7 +73,8 @@ def segment_inputs(model: Any, resolved: ResolvedRender, source: RenderTail | No
     encode = model.prompt_encoder.encode
     embeds = {p: encode([p]) for p in dict.fromkeys(seg.prompt for seg in plan.segments)}
     uncond = encode([resolved.negative_prompt]) if settings.guidance > 1.0 else None
-    image = encode_start_image(resolved.image, model, settings) if resolved.image and source is None else None
+    image = (encode_start_image(resolved.image, model, settings, resolved.image_fit)
+             if resolved.image and source is None else None)  # fmt: skip
     times = segment_times(plan, source.time_end if source is not None else None)
     offset = source.segments if source is not None else 0
     return SegmentInputs(model, resolved, embeds, uncond, image, times, offset, source is not None, cancel)
@@ -138,7 +139,10 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         cancel=inputs.cancel,
         time=inputs.times[seg.index],
         noise=attempt_noise(shape, inputs.resolved.seed, index, attempt) if attempt else None,
+        cache=inputs.resolved.cache,
         context_noise=model.preset.context_noise if seg.prefix_latent_frames else 0.0,
+        continuation=inputs.resolved.continuation,  # the start image's prefix too: one kind of conditioning
+        guidance_2=settings.guidance_2,
     )
 
 

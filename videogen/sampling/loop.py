@@ -1,14 +1,17 @@
 """The denoising loop, once, for a segment and for a stream chunk.
 
 Follows diffusers' `WanPipeline` (flow-matching scheduler from the model folder, classifier-free
-guidance, Wan 2.2's two-expert switch at `boundary_ratio`), with these additions:
+guidance, Wan 2.2's two-expert switch at `boundary_ratio` with the low-noise expert's own guidance
+scale, `guidance_scale_2`), with these additions:
 
 * The transformer call is passed in (`videogen.sampling.forward.TransformerForward`): a whole
   segment with per-token timesteps, or one stream chunk through the KV cache.
 * Continuation: a clean latent prefix (the previous segment's last P latent frames) is held: its
   tokens get timestep 0 (Wan's per-token timesteps, the path Wan 2.2 TI2V and SkyReels-V2's
   diffusion forcing use) and it is reset to the clean values after every scheduler step, so only
-  the rest is denoised.
+  the rest is denoised. For models never trained on a clean prefix (Wan 2.1 T2V) the training-free
+  "renoise" continuation instead re-noises the prefix to every step's noise level and denoises the
+  whole latent at one timestep (RePaint, Lugmayr et al. 2022; SDEdit): see `renoised`.
 * It is a generator: it yields a `StepProgress` after every step and returns the latents. The
   caller can stop it between any two steps (closing the generator, or `cancel()` returning True);
   `cancel()` is also asked before every transformer block (`videogen.sampling.interrupt`), which is
@@ -24,7 +27,9 @@ from typing import Any
 
 import torch
 
+from videogen.config.step_cache import StepCacheConfig
 from videogen.errors import NonFiniteLatents, RenderCancelled
+from videogen.sampling.cache import StepCache
 from videogen.sampling.forward import SegmentForward, TransformerForward
 from videogen.sampling.interrupt import stop_between_blocks
 
@@ -49,6 +54,13 @@ class DenoiseRequest:
     index: int = 0  # its index (noise stream, progress, errors)
     prefix: torch.Tensor | None = None  # (1, C, P, h, w) fp32 clean latents re-imposed after every step
     cancel: Callable[[], bool] | None = None  # asked before every step and every transformer block: keep it cheap
+    # (1, C, P, h, w) fp32: the "renoise" continuation's noise; the prefix is then re-imposed at each
+    # step's noise level (`renoised`) instead of clean. None: held clean.
+    prefix_noise: torch.Tensor | None = None
+    # Two-expert models: the low-noise expert's guidance scale (diffusers' `guidance_scale_2`), used
+    # below the boundary when `guidance` is given. None: `guidance` throughout.
+    guidance_2: float | None = None
+    cache: StepCacheConfig | None = None  # step caching (`videogen.sampling.cache`); None: every step computed
 
 
 def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
@@ -75,6 +87,12 @@ def guided_velocity(
     return pred
 
 
+def renoised(prefix: torch.Tensor, noise: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The clean `prefix` on the flow-matching path at noise level `sigma`:
+    x_sigma = (1 - sigma) prefix + sigma noise; `prefix` itself (exactly) at sigma 0."""
+    return prefix if sigma == 0 else (1 - sigma) * prefix + sigma * noise
+
+
 def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tensor:
     """Noise for one segment (or stream chunk), drawn on the CPU in fp32 so that it is the same on
     every device and depends only on (seed, segment): a resumed render redraws exactly what it would have."""
@@ -91,18 +109,32 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
     boundary = None  # Wan 2.2 A14B: the high-noise expert above it, the low-noise one below
     if model.transformer_2 is not None and model.boundary_ratio is not None:
         boundary = model.boundary_ratio * n_train
-    latents, prefix = request.latents, request.prefix
+    latents, prefix, prefix_noise = request.latents, request.prefix, request.prefix_noise
     label = f"{request.unit} {request.index}"
+    step_cache = StepCache(request.cache or StepCacheConfig(), request.steps)  # this call's alone
+    if prefix is not None and prefix_noise is not None:  # renoise: the prefix starts at the first step's level
+        sigmas = [float(s) for s in scheduler.sigmas]  # (steps + 1,): each step's noise level, then 0
+        latents[:, :, : prefix.shape[2]] = renoised(prefix, prefix_noise, sigmas[0])
     for i, t in enumerate(scheduler.timesteps):
         if request.cancel is not None and request.cancel():
             raise RenderCancelled(f"cancelled at step {i + 1} of {label}")
-        transformer = model.transformer if boundary is None or t >= boundary else model.transformer_2
-        with stop_between_blocks(transformer, request.cancel, f"step {i + 1} of {label}"):
+        low_noise = boundary is not None and t < boundary  # as WanPipeline: the high-noise expert at t >= boundary
+        transformer = model.transformer_2 if low_noise else model.transformer
+        guidance = request.guidance
+        if low_noise and guidance is not None and request.guidance_2 is not None:
+            guidance = request.guidance_2
+        with (
+            stop_between_blocks(transformer, request.cancel, f"step {i + 1} of {label}"),
+            step_cache.step(transformer, i),
+        ):
             pred = request.forward(transformer, latents.to(model.dtype), t, i)
-        velocity = guided_velocity(model, pred, latents, float(t) / n_train, request.guidance)
+        velocity = guided_velocity(model, pred, latents, float(t) / n_train, guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
-            latents[:, :, : prefix.shape[2]] = prefix
+            held = prefix  # the last step (and "clean" at every step): the clean prefix, exactly
+            if prefix_noise is not None and i + 1 < request.steps:  # renoise: at the next step's level
+                held = renoised(prefix, prefix_noise, sigmas[i + 1])
+            latents[:, :, : prefix.shape[2]] = held
         if not torch.isfinite(latents).all():
             raise NonFiniteLatents(
                 f"{label}: latents became NaN/Inf at denoising step {i + 1} of {request.steps}; "
@@ -137,7 +169,10 @@ def denoise_segment(
     cancel: Callable[[], bool] | None = None,
     time: float = 0.0,  # the first latent frame's time in its shot, in latent frames (`segment_times`)
     noise: torch.Tensor | None = None,  # a re-sampling's noise (`videogen.sampling.health.attempt_noise`)
+    cache: StepCacheConfig | None = None,  # step caching (`videogen.sampling.cache`); None: off
     context_noise: float = 0.0,  # the handed-over prefix is held at this noise level (0: clean)
+    continuation: str = "clean",  # "clean": the prefix at timestep 0; "renoise": re-noised every step (`renoised`)
+    guidance_2: float | None = None,  # two-expert models: the low-noise expert's guidance; None: `guidance`
 ) -> Generator[StepProgress, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring)."""
     channels = model.codec.latent_channels
@@ -146,25 +181,44 @@ def denoise_segment(
         noise = segment_noise((1, channels, latent_frames, h, w), seed, segment)
     latents = noise.to(model.device)
     n_prefix = 0 if prefix is None else prefix.shape[2]
+    prefix_noise = None
     if prefix is not None:
         if prefix.shape[1] != channels or tuple(prefix.shape[3:]) != (h, w) or n_prefix >= latent_frames:
             raise ValueError(f"prefix latents {tuple(prefix.shape)} do not fit a segment of {latent_frames}x{h}x{w}")
         prefix = clean_prefix = prefix.to(model.device, torch.float32)
-        if context_noise > 0:
+        if continuation == "renoise":
+            # Training-free continuation: the prefix region is re-noised with the segment's own noise
+            # there (deterministic; a re-sampling's noise re-draws it too), so the model sees one
+            # timestep everywhere, as in its training, and the prefix steers the rest step by step.
+            prefix_noise = latents[:, :, :n_prefix].clone()
+        elif context_noise > 0:
             # Noise-augmented context: the model sees its own previous output a little blurred by
             # noise (the segment's own noise stream, so it stays deterministic) and at that noise
             # level, so it trusts the prefix's layout but not its pixel-level artefacts, which a
             # chain of segments would otherwise copy and compound (docs/builtin-model.md).
             prefix = (1 - context_noise) * prefix + context_noise * latents[:, :, :n_prefix]
-        latents[:, :, :n_prefix] = prefix
+        if prefix_noise is None:
+            latents[:, :, :n_prefix] = prefix
     use_cfg = uncond is not None and guidance > 1.0
     embeds = (torch.cat([cond, uncond]) if use_cfg and uncond is not None else cond).to(model.device, model.dtype)
     pt, ph, pw = model.patch_size
-    forward = SegmentForward(model, embeds, grid=(latent_frames // pt, h // ph, w // pw), prefix_frames=n_prefix,
+    held = n_prefix if prefix_noise is None else 0  # renoise: no per-token timesteps, the prefix is noised too
+    forward = SegmentForward(model, embeds, grid=(latent_frames // pt, h // ph, w // pw), prefix_frames=held,
                              num_steps=steps, absolute=[time + i for i in range(latent_frames)],
                              prefix_timestep=context_noise * 1000 if prefix is not None else 0.0)  # fmt: skip
     request = DenoiseRequest(
-        latents, forward, steps, guidance if use_cfg else None, flow_shift, "segment", segment, prefix, cancel
+        latents,
+        forward,
+        steps,
+        guidance if use_cfg else None,
+        flow_shift,
+        "segment",
+        segment,
+        prefix,
+        cancel,
+        prefix_noise=prefix_noise,
+        cache=cache,
+        guidance_2=guidance_2 if use_cfg else None,
     )
     out = yield from denoise(model, request)
     if prefix is not None and context_noise > 0:

@@ -38,6 +38,7 @@ from videogen.config.presets import HealthConfig
 from videogen.config.resolve import resolve_stream
 from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 (torch-free: the API validates with it)
 from videogen.errors import RenderCancelled
+from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
 from videogen.sampling.health import Verdict, attempt_noise, check_segment, run_gate
 from videogen.sampling.loop import DenoiseRequest, StepProgress, denoise, run_to_end
@@ -55,6 +56,7 @@ def stream(spec: StreamSpec, model: Any = None, *, control: StreamControl | None
             spec.model, device=spec.device, dtype=spec.dtype, attention="dense", checkpoint=spec.checkpoint
         )
     job = resolve_stream(spec, model.preset, geometry_of(model))  # every default, every check
+    load_loras(model, job.loras)  # a LoRA that does not fit the model fails before the first chunk
     _, ph, pw = model.patch_size
     h, w = job.height // model.codec.spatial_factor, job.width // model.codec.spatial_factor
     grid_hw = (h // ph, w // pw)
@@ -67,7 +69,8 @@ def stream(spec: StreamSpec, model: Any = None, *, control: StreamControl | None
     state = _start(model, spec, settings, embed(spec.prompt))
     if control is not None:
         control.attach(state)
-    yield from _chunks(model, spec, settings, state, embed, fps, total, control, job.health)
+    with lora_adapters(model, job.loras):  # the request's LoRAs for the whole stream; the base model after
+        yield from _chunks(model, spec, settings, state, embed, fps, total, control, job.health)
 
 
 def _prompt_embedder(model: Any, negative_prompt: str, use_cfg: bool) -> Callable[[str], torch.Tensor]:
