@@ -12,7 +12,7 @@ from videogen.config.resolve import resolve_render
 from videogen.config.spec import RenderSpec
 from videogen.errors import InvalidOption, NonFiniteLatents
 from videogen.rendering import SegmentFinished, SegmentRetried, render
-from videogen.sampling.health import attempt_noise, check_segment, run_gate, segment_stats
+from videogen.sampling.health import attempt_noise, check_segment, colour_copies, run_gate, segment_stats
 from videogen.sampling.loop import StepProgress, segment_noise
 from videogen.training.scenes import canonical_start, parse_caption, render_scene
 
@@ -39,7 +39,8 @@ MOVING = "a red circle moving right on a gray background"
 def test_normal_segments_of_moving_and_still_scenes_pass():
     for caption in (MOVING, "a yellow square staying still on a black background",
                     "a cyan triangle bouncing on a white background",
-                    "a yellow triangle moving down on a white background getting darker"):  # fmt: skip
+                    "a yellow triangle moving down on a white background getting darker",
+                    "a green square moving left and a white circle staying still on a blue background"):  # fmt: skip
         first, second = _scene(caption, 0), _scene(caption, 28)
         verdict = _judge(second, first)
         assert verdict.passed, (caption, verdict.details)
@@ -59,6 +60,48 @@ def test_a_black_a_frozen_and_an_emptied_segment_fail_their_checks():
     # A still scene after a still one is not frozen: motion is judged against the previous segment's.
     still = "a yellow square staying still on a black background"
     assert "frozen" not in _judge(_scene(still, 28), _scene(still, 0)).failed
+
+
+def _doubled(frames: np.ndarray, shift: int = 32) -> np.ndarray:
+    """A second copy of the scene's object `shift` pixels to the right in every frame after the prefix."""
+    out = frames.copy()
+    background = np.median(frames[:, 0], axis=(0, 1))
+    rolled = np.roll(frames[PREFIX:], shift, axis=2)
+    body = np.abs(rolled.astype(int) - background).max(-1, keepdims=True) > 60
+    out[PREFIX:] = np.where(body, rolled, out[PREFIX:])
+    return out
+
+
+def test_a_split_or_doubled_object_fails_copies_and_a_lost_one_too():
+    first, second = _scene(MOVING, 0), _scene(MOVING, 28)
+    assert colour_copies(second, CONFIG.foreground_distance, CONFIG.object_area).tolist() == [1] * len(second)
+    doubled = _doubled(second)
+    assert colour_copies(doubled[PREFIX:], CONFIG.foreground_distance, CONFIG.object_area).tolist() == [2] * 28
+    assert "copies" in _judge(doubled, first).failed
+    # Two frames of 28 (7%) are within the 10% allowed; four (14%) are not.
+    brief = second.copy()
+    brief[PREFIX : PREFIX + 2] = doubled[PREFIX : PREFIX + 2]
+    assert "copies" not in _judge(brief, first).failed
+    brief[PREFIX : PREFIX + 4] = doubled[PREFIX : PREFIX + 4]
+    assert "copies" in _judge(brief, first).failed
+    # Judged against the anchor: a split the previous segment let through is not the new norm.
+    assert "copies" in _judge(doubled, _doubled(first), anchor=first).failed
+    # One of two objects lost.
+    two = "a green square moving left and a white circle staying still on a blue background"
+    a, b = _scene(two, 0), _scene(two, 28)
+    lost = b.copy()
+    white = (b[PREFIX:] > 200).all(-1, keepdims=True)
+    lost[PREFIX:] = np.where(white, np.median(b[PREFIX:, 0], axis=(0, 1)).astype(np.uint8), b[PREFIX:])
+    assert "copies" not in _judge(b, a).failed and "copies" in _judge(lost, a).failed
+
+
+def test_an_object_wrapping_round_the_frame_edge_counts_once():
+    frames = _scene("a blue square staying still on a black background", 0)
+    body = np.abs(frames[0].astype(int)).max(-1) > 60
+    x_centre = int(np.nonzero(body.any(0))[0].mean())
+    for dx, dy in ((-x_centre, 0), (0, 32), (-x_centre, 32)):  # across the left/right edge, top/bottom, a corner
+        wrapped = np.roll(frames, (dy, dx), axis=(1, 2))
+        assert colour_copies(wrapped, 60.0, 0.01).tolist() == [1] * len(frames), (dx, dy)
 
 
 def test_a_colour_jump_at_the_seam_fails():
@@ -158,6 +201,11 @@ def _plant(monkeypatch, model, kind: str, segment: int = 1):
                 video[:, :, PREFIX:] = video[:, :, PREFIX - 1 : PREFIX]
             elif kind == "emptied":
                 video[:, :, PREFIX:] = video[:, :, PREFIX:, :1, :1]  # the corner's colour everywhere
+            elif kind == "doubled":  # a second copy, half a frame to the right, over the background
+                shifted = torch.roll(video[:, :, PREFIX:], video.shape[-1] // 2, dims=-1)
+                corner = video[:, :, PREFIX:, :1, :1]
+                body = (shifted - corner).abs().amax(1, keepdim=True) > 0.5
+                video[:, :, PREFIX:] = torch.where(body, shifted, video[:, :, PREFIX:])
         return video
 
     monkeypatch.setattr(seg_module, "_denoise", denoise)
@@ -171,7 +219,7 @@ def _render(model, path, **kw):
 
 
 @pytest.mark.parametrize("kind, check", [("black", "black"), ("frozen", "frozen"), ("emptied", "content_loss"),
-                                         ("nan", "nonfinite")])  # fmt: skip
+                                         ("doubled", "copies"), ("nan", "nonfinite")])  # fmt: skip
 def test_a_planted_collapse_is_retried_deterministically(builtin_model, tmp_path, monkeypatch, kind, check):
     _plant(monkeypatch, builtin_model, kind)
     events, video = _render(builtin_model, tmp_path / "a.mp4", health_checks=[check])

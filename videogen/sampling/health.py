@@ -18,7 +18,13 @@ its shot and the shot's anchor (first) segment:
   than it steps between frames inside the segment;
 * `content_loss`: the foreground (pixels far from the dominant border colour) collapses against
   the previous segment's or the anchor's, or the colour histogram moves far from the previous
-  segment's (a shot keeps its prompt, so its colours hold).
+  segment's (a shot keeps its prompt, so its colours hold);
+* `copies`: more copies of one colour than the shot's anchor segment shows (separate foreground
+  components of a like mean colour, connected on the frame's torus so that an object wrapping
+  round an edge is one), or the foreground shrunk well below the anchor's, in more than a small
+  share of the new frames: an object split in two, doubled at a seam, or lost. It suits scenes of
+  a few distinct objects on a plain background (the built-in model's); real footage's foreground
+  is not a countable set of blobs, so the Wan presets leave it off.
 """
 
 from __future__ import annotations
@@ -49,6 +55,53 @@ def attempt_noise(shape: tuple[int, ...], seed: int, segment: int, attempt: int)
     return torch.randn(shape, generator=g, dtype=torch.float32)
 
 
+def torus_components(mask: np.ndarray) -> np.ndarray:
+    """8-connected component labels of `(T, H, W)` masks on the torus (the left edge touches the
+    right, the top the bottom): 0 outside the mask. Max-label propagation over 3x3 neighbourhoods
+    until nothing changes (about a blob's diameter of rounds), on the frames still changing."""
+    t, h, w = mask.shape
+    dtype = np.uint16 if h * w < 2**16 else np.int32
+    labels = np.where(mask, np.arange(1, h * w + 1, dtype=dtype).reshape(1, h, w), 0).astype(dtype)  # (T, H, W)
+    active = np.arange(t)
+    for _ in range(h * w):
+        cur, m = labels[active], mask[active]
+        grown = np.maximum(cur, np.maximum(np.roll(cur, 1, 2), np.roll(cur, -1, 2)))
+        grown = np.maximum(grown, np.maximum(np.roll(grown, 1, 1), np.roll(grown, -1, 1)))
+        grown *= m
+        changed = (grown != cur).any(axis=(1, 2))
+        labels[active] = grown
+        active = active[changed]
+        if not len(active):
+            break
+    return labels
+
+
+def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side: int = 128) -> np.ndarray:
+    """(T,) the most separate copies of one colour each frame `(T, H, W, 3)` uint8 shows. The
+    foreground is the pixels farther than `distance` (max channel) from the border's median
+    colour; its components (8-connected, on the torus) of at least `min_area` of the frame are
+    grouped by mean colour (within `distance`), and the largest group is counted. An object split
+    in two or doubled is two components of its colour; two objects of different colours, touching
+    or apart, are one copy each. Frames are subsampled to at most `max_side` pixels a side first
+    (the labelling takes about an object's diameter of passes)."""
+    step = max(1, -(-max(frames.shape[1:3]) // max_side))
+    f = frames[:, ::step, ::step].astype(np.int16)  # (T, H, W, 3)
+    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
+    mask = np.abs(f - np.median(border, axis=1)[:, None, None, :]).max(-1) > distance  # (T, H, W)
+    labels = torus_components(mask)
+    t, h, w = mask.shape
+    counts = np.zeros(t, dtype=np.int64)
+    for i in range(t):
+        ids, sizes = np.unique(labels[i][mask[i]], return_counts=True)
+        ids = ids[sizes >= min_area * h * w]
+        if not len(ids):
+            continue
+        means = np.stack([f[i][labels[i] == k].mean(0) for k in ids])  # (K, 3)
+        close = np.abs(means[:, None] - means[None]).max(-1) <= distance  # (K, K)
+        counts[i] = int(close.sum(1).max())
+    return counts
+
+
 @dataclass(frozen=True)
 class SegmentStats:
     """What later segments of a shot are compared with (plain floats: it is checkpointed)."""
@@ -56,13 +109,16 @@ class SegmentStats:
     motion: float  # median mean-absolute step between consecutive new frames (0..255)
     foreground: float  # low (20th) percentile of the per-frame foreground share
     histogram: tuple[float, ...]  # mean colour histogram of the new frames, gain-normalised (sums to 1)
+    copies: float = -1.0  # median `colour_copies` of the new frames (-1: not counted)
 
     def to_dict(self) -> dict:
-        return {"motion": self.motion, "foreground": self.foreground, "histogram": list(self.histogram)}
+        return {"motion": self.motion, "foreground": self.foreground, "histogram": list(self.histogram),
+                "copies": self.copies}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> SegmentStats:
-        return cls(float(d["motion"]), float(d["foreground"]), tuple(float(x) for x in d["histogram"]))
+        return cls(float(d["motion"]), float(d["foreground"]), tuple(float(x) for x in d["histogram"]),
+                   float(d.get("copies", -1.0)))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,8 +165,11 @@ def foreground_share(frames: np.ndarray, distance: float) -> np.ndarray:
     return (np.abs(f - background).max(-1) > distance).mean((1, 2))
 
 
-def segment_stats(frames: np.ndarray, config: HealthConfig) -> SegmentStats:
-    """`frames`: a segment's new frames (T, H, W, 3) uint8."""
+def segment_stats(frames: np.ndarray, config: HealthConfig, copies: np.ndarray | None = None) -> SegmentStats:
+    """`frames`: a segment's new frames (T, H, W, 3) uint8; `copies`: their `colour_copies` when
+    already counted (they are counted here when the `copies` check is on)."""
+    if copies is None and "copies" in config.checks:
+        copies = colour_copies(frames, config.foreground_distance, config.object_area)
     steps = np.abs(np.diff(frames.astype(np.int16), axis=0)).mean((1, 2, 3)) if len(frames) > 1 else np.zeros(1)
     fg = foreground_share(frames, config.foreground_distance)
     # A global lighting change ("getting darker") is a gain on every pixel, not lost content: the
@@ -118,7 +177,8 @@ def segment_stats(frames: np.ndarray, config: HealthConfig) -> SegmentStats:
     gain = 128.0 / np.maximum(frames.reshape(len(frames), -1).mean(1), 1.0)
     levelled = np.clip(frames * gain[:, None, None, None], 0, 255).astype(np.uint8)
     return SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
-                        tuple(histograms(levelled).mean(0).tolist()))  # fmt: skip
+                        tuple(histograms(levelled).mean(0).tolist()),
+                        -1.0 if copies is None else float(np.median(copies)))  # fmt: skip
 
 
 def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats | None,
@@ -127,7 +187,8 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     clean prefix (0: a fresh start), against its shot's `previous` and `anchor` segments (None:
     none yet). NaN latents never get here (`NONFINITE`)."""
     new = frames[prefix_frames:] if len(frames) > prefix_frames else frames
-    stats = segment_stats(new, config)
+    counts = colour_copies(new, config.foreground_distance, config.object_area) if "copies" in config.checks else None
+    stats = segment_stats(new, config, counts)
     ratios: dict[str, float] = {}  # check -> how far past its threshold (> 1: failed)
     if "black" in config.checks or "blown" in config.checks:
         dark = (new.max(-1) < config.dark_level).mean((1, 2)) >= config.empty_fraction
@@ -139,6 +200,14 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     if prefix_frames > 0 and len(frames) > prefix_frames + 1:
         ratios["seam_jump"] = _seam_ratio(frames, prefix_frames, config)
     ratios["content_loss"] = _content_ratio(stats, previous, anchor, config)
+    reference = anchor if anchor is not None else previous
+    if counts is not None and reference is not None and reference.copies >= 0:
+        # Against the anchor, not the previous segment: a split that got through must not become
+        # the norm, and the best of the attempts is the one closest to the shot's own count. A lost
+        # object shows as foreground that shrank well below the anchor's.
+        lost = foreground_share(new, config.foreground_distance) < config.lost_share * reference.foreground
+        wrong = (counts > round(reference.copies)) | lost
+        ratios["copies"] = float(wrong.mean()) / config.copies_fraction
     failed = tuple(c for c in config.checks if ratios.get(c, 0.0) > 1.0)
     return Verdict(failed, float(sum(ratios[c] - 1.0 for c in failed)), stats, ratios)
 

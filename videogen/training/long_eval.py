@@ -39,6 +39,7 @@ import numpy as np
 
 from videogen.config.spec import MAX_SECONDS
 from videogen.errors import InvalidOption
+from videogen.sampling.health import torus_components
 from videogen.stitch.colour import delta_e2000, rgb_to_lab
 from videogen.stitch.metrics import seam_jumps
 from videogen.stitch.stats import frame_lab_stats
@@ -105,27 +106,6 @@ def window_bounds(num_frames: int, fps: float, seconds: float = WINDOW_SECONDS) 
 # ---------------------------------------------------------------- the detector
 
 
-def _torus_components(mask: np.ndarray) -> np.ndarray:
-    """8-connected component labels of `(T, H, W)` masks on the torus (the left edge touches the
-    right, the top the bottom): 0 outside the mask. Max-label propagation over 3x3 neighbourhoods
-    until nothing changes (about a blob's diameter of rounds), on the frames still changing."""
-    t, h, w = mask.shape
-    dtype = np.uint16 if h * w < 2**16 else np.int32
-    labels = np.where(mask, np.arange(1, h * w + 1, dtype=dtype).reshape(1, h, w), 0).astype(dtype)  # (T, H, W)
-    active = np.arange(t)
-    for _ in range(h * w):
-        cur, m = labels[active], mask[active]
-        grown = np.maximum(cur, np.maximum(np.roll(cur, 1, 2), np.roll(cur, -1, 2)))
-        grown = np.maximum(grown, np.maximum(np.roll(grown, 1, 1), np.roll(grown, -1, 1)))
-        grown *= m
-        changed = (grown != cur).any(axis=(1, 2))
-        labels[active] = grown
-        active = active[changed]
-        if not len(active):
-            break
-    return labels
-
-
 def copies_per_frame(frames: np.ndarray, colour: str, others: Sequence[str] = ()) -> np.ndarray:
     """How many separate copies of the `colour` object each frame `(T, H, W, 3)` shows: `(T,)`.
     Components join the `others` objects' pixels (an occluder does not cut an object in two) and
@@ -134,7 +114,7 @@ def copies_per_frame(frames: np.ndarray, colour: str, others: Sequence[str] = ()
     body = own.copy()
     for other in others:
         body |= colour_mask(frames, PALETTE[other])
-    labels = _torus_components(body)
+    labels = torus_components(body)
     t, h, w = own.shape
     frame_of = np.nonzero(own)[0].astype(np.int64)
     keys, counts = np.unique(frame_of * (h * w + 1) + labels[own], return_counts=True)
