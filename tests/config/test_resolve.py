@@ -28,11 +28,12 @@ def _cli_args(*argv: str):
 
 
 def _api(tmp_path):
-    """What the API's routes use to turn a body into a job: the catalog, on a no-auth server."""
+    """What the API's routes use to turn a body into a job: the settings and the catalog, on a no-auth server."""
     from videogen.api.catalog import ModelCatalog
     from videogen.api.settings import ServiceSettings
 
-    return types.SimpleNamespace(catalog=ModelCatalog(ServiceSettings(data_dir=str(tmp_path), no_auth=True)))
+    settings = ServiceSettings(data_dir=str(tmp_path), no_auth=True)
+    return types.SimpleNamespace(settings=settings, catalog=ModelCatalog(settings))
 
 
 def _api_render_job(tmp_path, body: dict):
