@@ -82,13 +82,17 @@ def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side
     colour; its components (8-connected, on the torus) of at least `min_area` of the frame are
     grouped by mean colour (within `distance`), and the largest group is counted. An object split
     in two or doubled is two components of its colour; two objects of different colours, touching
-    or apart, are one copy each. Frames are subsampled to at most `max_side` pixels a side first
+    or apart, are one copy each; pieces within two pixels of each other are one component. Frames are subsampled to at most `max_side` pixels a side first
     (the labelling takes about an object's diameter of passes)."""
     step = max(1, -(-max(frames.shape[1:3]) // max_side))
     f = frames[:, ::step, ::step].astype(np.int16)  # (T, H, W, 3)
     border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
     mask = np.abs(f - np.median(border, axis=1)[:, None, None, :]).max(-1) > distance  # (T, H, W)
-    labels = torus_components(mask)
+    # Pieces a pixel or two apart are one object with a ragged edge (a notch, or a wrapped edge
+    # that missed the last column): label the mask grown by one pixel, count the mask's own pixels.
+    grown = mask | np.roll(mask, 1, 1) | np.roll(mask, -1, 1)
+    grown = grown | np.roll(grown, 1, 2) | np.roll(grown, -1, 2)
+    labels = torus_components(grown) * mask
     t, h, w = mask.shape
     counts = np.zeros(t, dtype=np.int64)
     for i in range(t):
