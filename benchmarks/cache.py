@@ -10,7 +10,11 @@ machine load; the speed-up is the median of those paired ratios, PSNR is over ev
 cached video against the uncached one (the MP4s the user gets), and "blocks" is the share of
 transformer block calls that ran (counted by a hook on each block's feed-forward). Torch runs on
 one thread (`--threads`): a shared 2-core machine makes multi-threaded timings meaningless.
-Prints a table and ends with one JSON line (with the load average before and after).
+The health gate is off unless `--gate`: its keep-or-retry decision is a switch, and a segment
+that one render keeps and the other re-samples differs wholly (about 22 dB), which says nothing
+about the cache. Prompts beyond the first three are held-out scenes of the long-video evaluation,
+two-object ones among them. Prints a table and ends with one JSON line (with the load average
+before and after, and each setting's PSNR per prompt).
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ from pathlib import Path
 
 PROMPTS = ("a red circle moving left", "a blue square moving right on a white background",
            "a yellow triangle bouncing on a black background")  # fmt: skip
+
+
+def prompts(count: int) -> list[str]:
+    """The three above, then held-out scenes of the long-video evaluation (two-object ones among them)."""
+    from videogen.training.long_eval import long_prompts
+
+    return [*PROMPTS, *(scene.caption() for scene in long_prompts(max(0, count - len(PROMPTS))))][:count]
 
 
 def psnr(a, b) -> float:
@@ -58,8 +69,10 @@ def main() -> None:
     ap.add_argument("--size", help="WIDTHxHEIGHT (default: the preset's)")
     ap.add_argument("--first-block", default="0.05,0.1,0.15,0.2", help="thresholds, comma-separated")
     ap.add_argument("--mag", default="0.005,0.01,0.02", help="thresholds, comma-separated")
+    ap.add_argument("--taylor", default="0.005,0.01,0.02", help="thresholds, comma-separated")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gate", action="store_true", help="keep the preset's health gate (default: off, see above)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -77,12 +90,12 @@ def main() -> None:
         block.ffn.register_forward_hook(lambda *_: block_calls.__setitem__(0, block_calls[0] + 1))
     size = parse_size(args.size) if args.size else None
     settings = [("off", 0.0)] + [(mode, float(x)) for mode, arg in (("first-block", args.first_block),
-                                 ("mag", args.mag)) for x in arg.split(",") if x]  # fmt: skip
+                                 ("mag", args.mag), ("taylor", args.taylor)) for x in arg.split(",") if x]  # fmt: skip
 
     def run(prompt: str, mode: str, threshold: float, out: Path) -> tuple[float, int]:
-        cache = None if mode == "off" else mode
         spec = RenderSpec.single(prompt, args.seconds, model=model_name, steps=args.steps, size=size,
-                                 cache=cache, cache_threshold=None if cache is None else threshold)  # fmt: skip
+                                 cache=mode, cache_threshold=None if mode == "off" else threshold,
+                                 health_checks=None if args.gate else [])  # fmt: skip
         block_calls[0] = 0
         t0 = time.perf_counter()
         for _ in render(spec, out, model=model):
@@ -93,7 +106,7 @@ def main() -> None:
                                                             for s in settings[1:]}  # fmt: skip
     reference = {}
     run(PROMPTS[0], "off", 0.0, workdir / "warmup.mp4")  # first-call costs (allocator, ffmpeg) out of the pairs
-    for p, prompt in enumerate(PROMPTS[: args.prompts]):
+    for p, prompt in enumerate(prompts(args.prompts)):
         ref_path = workdir / f"ref{p}.mp4"
         _, ref_blocks = run(prompt, "off", 0.0, ref_path)
         reference[p] = VideoReader(ref_path).read_all()
@@ -121,12 +134,13 @@ def main() -> None:
     for (mode, threshold), row in rows.items():
         result = dict(mode=mode, threshold=threshold, speedup=statistics.median(row["speedup"]),
                       speedup_min=min(row["speedup"]), psnr_db=statistics.mean(row["psnr"]),
-                      psnr_min_db=min(row["psnr"]), blocks=statistics.mean(row["blocks"]))  # fmt: skip
+                      psnr_min_db=min(row["psnr"]), blocks=statistics.mean(row["blocks"]),
+                      psnr_per_prompt=[round(x, 2) for x in row["psnr"]])  # fmt: skip
         results.append(result)
         print(f"{mode:<12} {threshold:>9.3f} {result['speedup']:>8.2f}x {result['speedup_min']:>5.2f}x "
               f"{result['psnr_db']:>8.1f} {result['psnr_min_db']:>7.1f} {result['blocks']:>6.0%}")  # fmt: skip
     print(json.dumps({"benchmark": "cache", "model": args.model, "prompts": args.prompts, "seconds": args.seconds,
-                      "repeats": args.repeats, "threads": args.threads, "loadavg_before": load_before[0],
+                      "repeats": args.repeats, "threads": args.threads, "gate": args.gate, "loadavg_before": load_before[0],
                       "loadavg_after": load_after[0], "results": results}))  # fmt: skip
 
 

@@ -1,7 +1,7 @@
-"""Step caching (`--cache first-block|mag`, `videogen.sampling.cache`): threshold 0 changes
+"""Step caching (`--cache first-block|mag|taylor`, `videogen.sampling.cache`): threshold 0 changes
 nothing, a large threshold skips transformer blocks and stays close to the uncached output, one
-call's cache never reaches the next, cancelling still stops within one block, and bad options
-name themselves."""
+call's cache never reaches the next, cancelling still stops within one block, taylor's forecast
+and error estimate are exact where they should be, and bad options name themselves."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from videogen.config.resolve import resolve_render
 from videogen.config.step_cache import StepCacheConfig
 from videogen.errors import InvalidOption, RenderCancelled
 from videogen.models.codec import video_to_uint8
+from videogen.sampling.cache import StepCache
 from videogen.sampling.loop import denoise_segment, run_to_end
 
 STEPS = 12
@@ -70,7 +71,7 @@ def _psnr(model, a: torch.Tensor, b: torch.Tensor) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
-@pytest.mark.parametrize("mode", ["first-block", "mag"])
+@pytest.mark.parametrize("mode", ["first-block", "mag", "taylor"])
 def test_threshold_zero_computes_every_block_and_equals_the_uncached_output(builtin_model, mode):
     plain, plain_calls = _counted(builtin_model, None)
     cached, cached_calls = _counted(builtin_model, StepCacheConfig(mode, 0.0, retention=0.0))
@@ -80,8 +81,9 @@ def test_threshold_zero_computes_every_block_and_equals_the_uncached_output(buil
 
 # Measured on this fixture (12 steps, CFG 3, fp32 CPU): first-block 0.3 runs 36 of 48 blocks at
 # 40.1 dB, mag 0.02 runs 36 at 38.4 dB; the 34 dB bound leaves 4 dB for other CPUs' arithmetic
-# (skipping too much, mag 0.05: 20 of 48 blocks, gives 26.6 dB).
-@pytest.mark.parametrize(("mode", "threshold"), [("first-block", 0.3), ("mag", 0.02)])
+# (skipping too much, mag 0.05: 20 of 48 blocks, gives 26.6 dB). taylor 0.05 runs 36 of 48 at
+# 41.9 dB (taylor 0.2: 28 of 48, 32.1 dB).
+@pytest.mark.parametrize(("mode", "threshold"), [("first-block", 0.3), ("mag", 0.02), ("taylor", 0.05)])
 def test_a_large_threshold_skips_blocks_and_stays_close(builtin_model, mode, threshold):
     plain, plain_calls = _counted(builtin_model, None)
     cached, cached_calls = _counted(builtin_model, StepCacheConfig(mode, threshold))
@@ -89,11 +91,11 @@ def test_a_large_threshold_skips_blocks_and_stays_close(builtin_model, mode, thr
     assert _psnr(builtin_model, plain, cached) > 34.0
 
 
-@pytest.mark.parametrize("mode", ["first-block", "mag"])
+@pytest.mark.parametrize("mode", ["first-block", "mag", "taylor"])
 def test_a_cache_never_reaches_the_next_denoise_call(builtin_model, mode):
     from videogen.models.loader import load_model
 
-    config = StepCacheConfig(mode, 0.3 if mode == "first-block" else 0.02)
+    config = StepCacheConfig(mode, {"first-block": 0.3, "mag": 0.02, "taylor": 0.05}[mode])
     run_to_end(_denoise(builtin_model, config, prompt="a blue square moving right"))  # leaves nothing behind
     second = run_to_end(_denoise(builtin_model, config))
     with warnings.catch_warnings():
@@ -136,7 +138,9 @@ def test_the_cli_refuses_an_unknown_cache_mode_in_one_line():
     out = subprocess.run([sys.executable, "-m", "videogen.cli", "render", "a red circle", "-o", "x.mp4", "--cache", "tea"],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == ["videogen: error: --cache=tea: must be one of off, first-block, mag"]
+    assert out.stderr.strip().splitlines() == [
+        "videogen: error: --cache=tea: must be one of off, first-block, mag, taylor"
+    ]
 
 
 def test_a_mode_without_a_threshold_takes_the_presets_measured_one():
@@ -171,3 +175,68 @@ def test_a_two_expert_model_computes_the_first_step_of_each_expert(tmp_path):
     assert 1 < len(ran) < STEPS  # both experts ran
     assert ran[0] == 1  # the high-noise expert's residual is never reused by the low-noise one
     assert 0 in ran  # and the low-noise expert then skips on its own residuals
+
+
+class _Transformer:
+    """Stands in for a transformer where only its identity matters (taylor resets on a new one)."""
+
+
+def _observed(cache: StepCache, transformer, f, sigmas) -> None:
+    for step, sigma in enumerate(sigmas):
+        assert cache.forecast(transformer, step, sigma) is None
+        cache.observe(step, sigma, f(sigma))
+
+
+def test_taylor_forecasts_a_linear_trajectory_exactly():
+    f = lambda s: torch.tensor([[1.0, -2.0], [0.5, 3.0]]) + s * torch.tensor([[2.0, 1.0], [-4.0, 0.25]])
+    cache, transformer = StepCache(StepCacheConfig("taylor", 1e-6, retention=0.0), steps=10), _Transformer()
+    _observed(cache, transformer, f, [1.0, 0.9, 0.8])
+    forecast = cache.forecast(transformer, 3, 0.65)
+    assert forecast is not None and torch.allclose(forecast, f(0.65), atol=1e-6)
+    assert (cache.computed, cache.skipped) == (3, 1)
+
+
+def test_taylor_error_estimate_is_newtons_remainder_on_a_quadratic():
+    """For p(s) = c s^2 the line through s1, s2 misses p(s) by c (s - s1)(s - s2) exactly, which is
+    what the estimate says: a threshold just above that error forecasts, just below computes."""
+    c = torch.full((2, 3), 0.7)
+    f = lambda s: 1.0 + c * s * s
+    sigmas, target = [1.0, 0.8, 0.6], 0.45
+    last = f(sigmas[-1])
+    error = float(0.7 * abs((target - 0.6) * (target - 0.8)) / last.abs().mean())
+    for threshold, forecast in ((error * 1.01, True), (error * 0.99, False)):
+        cache, transformer = StepCache(StepCacheConfig("taylor", threshold, retention=0.0), steps=10), _Transformer()
+        _observed(cache, transformer, f, sigmas)
+        out = cache.forecast(transformer, 3, target)
+        assert (out is not None) is forecast
+        if out is not None:
+            assert torch.allclose(f(target) - out, 0.7 * (target - 0.6) * (target - 0.8) * torch.ones(2, 3), atol=1e-6)
+
+
+def test_taylor_keeps_retention_the_last_step_max_skips_and_a_new_transformers_first_steps():
+    f = lambda s: torch.ones(4) * (2.0 + s)
+    steps, sigmas = 12, [1.0 - i / 12 for i in range(12)]
+    config = StepCacheConfig("taylor", 0.5, retention=0.25, max_skips=2, keep_last=1)
+    cache, a, b = StepCache(config, steps=steps), _Transformer(), _Transformer()
+    computed = []
+    for step, sigma in enumerate(sigmas):
+        transformer = a if step < 8 else b  # a two-expert switch at step 8
+        if cache.forecast(transformer, step, sigma) is None:
+            cache.observe(step, sigma, f(sigma))
+            computed.append(step)
+    # 0-2: retention (3 of 12) and the first three outputs; 3-4 forecast, 5 computed (max 2 in a
+    # row), 6-7 forecast; 8-10: the new transformer's first three; 11: the last step.
+    assert computed == [0, 1, 2, 5, 8, 9, 10, 11]
+    assert (cache.computed, cache.skipped) == (8, 4)
+
+
+def test_taylor_never_runs_a_forecast_steps_transformer(builtin_model):
+    """A forecast step calls no part of the transformer (patch embedding, blocks, head): the saving
+    is the whole call, which is what lets it beat skipping blocks alone."""
+    calls = []
+    handle = builtin_model.transformer.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        _, blocks = _counted(builtin_model, StepCacheConfig("taylor", 0.05))
+    finally:
+        handle.remove()
+    assert blocks == len(calls) * len(builtin_model.transformer.blocks) < STEPS * len(builtin_model.transformer.blocks)

@@ -100,7 +100,7 @@ def add_render_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drift-strength", type=float, help="drift correction strength, 0..1")
     add_health_arguments(p, "segment")
     p.add_argument("--cache", metavar="MODE",
-                   help="step caching: off | first-block | mag (default: the preset's; off unless measured safe)")  # fmt: skip
+                   help="step caching: off | first-block | mag | taylor (default: the preset's: taylor for builtin)")  # fmt: skip
     p.add_argument("--cache-threshold", type=float, metavar="X",
                    help="the cache's threshold, 0..1 (0: never skip; default: the preset's measured one)")  # fmt: skip
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")

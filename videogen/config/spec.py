@@ -76,7 +76,7 @@ class RenderSpec:
     # Two-expert models (Wan 2.2 A14B): the low-noise expert's guidance scale (diffusers'
     # `guidance_scale_2`); None: the preset's, else `guidance`. A one-expert model refuses it.
     guidance_2: float | None = None
-    cache: str | None = None  # step caching (`CACHE_MODES`: off | first-block | mag); None: the preset's
+    cache: str | None = None  # step caching (`CACHE_MODES`: off | first-block | mag | taylor); None: the preset's
     cache_threshold: float | None = None  # the cache's threshold; None: the preset's measured one
 
     @classmethod

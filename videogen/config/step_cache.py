@@ -8,6 +8,9 @@ torch-free, so the API and the resolution step validate them. The caches themsel
 * `mag` (MagCache, Ma et al. 2025): the magnitude ratio of successive residuals predicts the
   error of reusing the last one; steps are skipped while the accumulated error stays under
   `threshold` (at most `max_skips` in a row), after the first `retention` share of steps.
+* `taylor` (after TaylorSeer, Liu et al. 2025): a step's whole transformer output is forecast on
+  the line through the last two computed ones (in sigma) while the error estimated from the last
+  three, relative to the output's size, stays under `threshold`; the transformer is not called.
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ from typing import Any
 
 from videogen.errors import InvalidOption
 
-CACHE_MODES = ("off", "first-block", "mag")
+CACHE_MODES = ("off", "first-block", "mag", "taylor")
 MAX_CACHE_THRESHOLD = 1.0  # both thresholds are relative errors: beyond 1 every step would be skipped
 # The threshold a mode runs with when neither the request nor the preset gives one (a model not yet
-# measured): half the built-in model's safe first-block threshold (>= 35 dB on every prompt) and the
-# lowest mag one measured there (mean 37.7 dB, worst prompt 32.6 dB; docs/architecture.md "Step
-# caching", benchmarks/cache.py).
-FALLBACK_THRESHOLDS = {"first-block": 0.05, "mag": 0.005}
+# measured): half the built-in model's safe first-block threshold (>= 35 dB on every prompt), the
+# lowest mag one measured there (mean 37.7 dB, worst prompt 32.6 dB) and a third of its taylor one
+# (0.01: mean 41.4 dB; docs/architecture.md "Step caching", benchmarks/cache.py).
+FALLBACK_THRESHOLDS = {"first-block": 0.05, "mag": 0.005, "taylor": 0.01}
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,9 @@ class StepCacheConfig:
     """How one denoising loop caches transformer steps (resolved: a mode and its threshold)."""
 
     mode: str = "off"
-    threshold: float = 0.0  # relative L1 change (first-block) or accumulated error (mag); 0: never skip
+    threshold: float = (
+        0.0  # relative L1 change (first-block), accumulated error (mag), forecast error (taylor); 0: never skip
+    )
     retention: float = 0.2  # the first share of steps always computed (they fix the layout; MagCache's 0.2)
     max_skips: int = 3  # most steps skipped in a row (MagCache's K)
     # The last steps always computed: they set the fine detail, and a sample-predicting model's last

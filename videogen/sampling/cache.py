@@ -1,8 +1,8 @@
-"""Step caching: skip transformer blocks on denoising steps whose output can be predicted from an
-earlier step's (`--cache first-block|mag`; options in `videogen.config.step_cache`).
+"""Step caching: skip transformer work on denoising steps whose output can be predicted from
+earlier steps' (`--cache first-block|mag|taylor`; options in `videogen.config.step_cache`).
 
-Both caches reuse a *residual*: what a run of blocks added to its input hidden states at the
-last fully computed step.
+`first-block` and `mag` reuse a *residual*: what a run of blocks added to its input hidden states
+at the last fully computed step. `taylor` forecasts the whole transformer output instead.
 
 * `first-block` (FirstBlockCache, the ParaAttention / TeaCache family): every step runs block 0;
   if its residual moved by less than the threshold (relative mean absolute change) since the
@@ -15,6 +15,13 @@ last fully computed step.
   stays under the threshold, at most `max_skips` in a row, never in the first `retention` share
   of steps. MagCache calibrates the ratios once per model; here they are estimated from the last
   two computed steps (the ratio changes smoothly), so any model works without a calibration file.
+* `taylor` (after TaylorSeer, Liu et al. 2025, which forecasts features by finite differences):
+  the loop asks `forecast` before each transformer call; from the last three computed outputs it
+  estimates the error of the line through the last two (`forecast`'s docstring) and, when it is
+  small enough, returns the line's value at this step's sigma and the transformer is not called
+  at all (embeddings, blocks and head: on the built-in model a fifth of a step lies outside the
+  blocks after block 0). A reused residual is a zeroth-order forecast that goes stale with every
+  skipped step; the line follows the drift, so more steps can be skipped at the same error.
 
 diffusers' `FirstBlockCacheConfig` / `MagCacheConfig` hooks keep their state in a registry on
 the model and count steps by calls, with the step count fixed when the hook is applied; a worker
@@ -56,6 +63,14 @@ class _Residuals:
 
 
 @dataclass
+class _Output:
+    """A fully computed step's transformer output (taylor): what the forecasts extrapolate."""
+
+    sigma: float  # the step's noise level
+    value: torch.Tensor  # the transformer's output for the whole batch (cond and uncond), fp32
+
+
+@dataclass
 class StepCache:
     """The step cache of one denoising call: its residuals, the MagCache accumulators and counts.
     Make one per `denoise` call; it must not outlive the call (it holds activations)."""
@@ -70,6 +85,8 @@ class StepCache:
     _acc_error: float = 0.0  # mag: the accumulated error since the last computed step
     _run: int = 0  # steps skipped in a row
     _retained: int = field(init=False)
+    _outputs: list[_Output] = field(default_factory=list)  # taylor: the last three computed outputs, oldest first
+    _transformer: int | None = None  # taylor: id() of the transformer the outputs came from
 
     def __post_init__(self) -> None:
         self._retained = int(self.config.retention * self.steps + 0.5)
@@ -78,7 +95,7 @@ class StepCache:
     def step(self, transformer: Any, step: int) -> Iterator[None]:
         """The transformer calls inside the `with` are step `step` (0-based) of this cache."""
         blocks = getattr(transformer, "blocks", None)
-        if not self.config.enabled or blocks is None or len(blocks) == 0:
+        if not self.config.enabled or self.config.mode == "taylor" or blocks is None or len(blocks) == 0:
             yield
             return
         _install(blocks)
@@ -92,6 +109,45 @@ class StepCache:
 
     def _reset(self) -> None:
         self._last, self._ratio, self._acc_ratio, self._acc_error, self._run = None, 1.0, 1.0, 0.0, 0
+        self._outputs = []
+
+    def forecast(self, transformer: Any, step: int, sigma: float) -> torch.Tensor | None:
+        """taylor: step `step`'s transformer output (at noise level `sigma`) forecast from the last
+        computed ones, or None when the step must be computed (then pass its output to `observe`).
+
+        The forecast is the line through the last two computed outputs, in sigma. Its error is
+        estimated from the last three: the second divided difference D2 bounds the linear
+        extrapolation's error at sigma by |D2| |(sigma - s1)(sigma - s2)| (Newton's remainder);
+        the step is forecast while that error, relative to the last output's size, stays under the
+        threshold."""
+        if self.config.mode != "taylor" or not self.config.enabled:
+            return None
+        if self._transformer != id(transformer):
+            self._reset()
+            self._transformer = id(transformer)
+        outputs = self._outputs
+        if len(outputs) < 3 or not (self._retained <= step < self.steps - self.config.keep_last
+                                    and self._run < self.config.max_skips):  # fmt: skip
+            return None
+        o0, o1, o2 = outputs
+        d1 = (o2.value - o1.value) / (o2.sigma - o1.sigma)
+        d0 = (o1.value - o0.value) / (o1.sigma - o0.sigma)
+        d2 = (d1 - d0) / (o2.sigma - o0.sigma)
+        scale = float(o2.value.abs().mean().clamp_min(1e-12))
+        error = float(d2.abs().mean()) * abs((sigma - o2.sigma) * (sigma - o1.sigma)) / scale
+        if error >= self.config.threshold:
+            return None
+        self.skipped += 1
+        self._run += 1
+        return o2.value + (sigma - o2.sigma) * d1
+
+    def observe(self, step: int, sigma: float, output: torch.Tensor) -> None:
+        """taylor: a computed step's transformer output (the step `forecast` declined)."""
+        if self.config.mode != "taylor" or not self.config.enabled:
+            return
+        self.computed += 1
+        self._run = 0
+        self._outputs = [*self._outputs[-2:], _Output(sigma, output.detach().float())]
 
     def _may_skip(self, step: int) -> bool:
         return (self._last is not None and self._retained <= step < self.steps - self.config.keep_last

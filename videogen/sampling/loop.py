@@ -123,12 +123,16 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
         guidance = request.guidance
         if low_noise and guidance is not None and request.guidance_2 is not None:
             guidance = request.guidance_2
-        with (
-            stop_between_blocks(transformer, request.cancel, f"step {i + 1} of {label}"),
-            step_cache.step(transformer, i),
-        ):
-            pred = request.forward(transformer, latents.to(model.dtype), t, i)
-        velocity = guided_velocity(model, pred, latents, float(t) / n_train, guidance)
+        sigma = float(t) / n_train
+        pred = step_cache.forecast(transformer, i, sigma)  # None unless `taylor` forecasts this step
+        if pred is None:
+            with (
+                stop_between_blocks(transformer, request.cancel, f"step {i + 1} of {label}"),
+                step_cache.step(transformer, i),
+            ):
+                pred = request.forward(transformer, latents.to(model.dtype), t, i)
+            step_cache.observe(i, sigma, pred)
+        velocity = guided_velocity(model, pred, latents, sigma, guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
             held = prefix  # the last step (and "clean" at every step): the clean prefix, exactly
