@@ -25,26 +25,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_helpers import presets_yaml, tiny_preset
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
-
-TINY_PRESETS = """\
-default: tiny
-presets:
-  tiny:
-    kind: diffusers
-    path: {path}
-    description: tiny random Wan for tests
-    size: 32x32
-    fps: 8
-    steps: 2
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 1.625   # 13 frames: a 5-frame overlap + 8 new frames per continuation
-    overlap_frames: 5
-    attention: dense
-"""
 
 
 def free_port() -> int:
@@ -68,7 +52,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def config_dir(tmp_path_factory, tiny_model) -> Path:
     d = tmp_path_factory.mktemp("config")
-    (d / "models.yaml").write_text(TINY_PRESETS.format(path=tiny_model))
+    (d / "models.yaml").write_text(presets_yaml(tiny_preset(tiny_model)))
     return d
 
 

@@ -9,44 +9,19 @@ import shutil
 
 import openai
 import pytest
-from service_helpers import wait_done
+from service_helpers import causal_preset, presets_yaml, tiny_preset, wait_done
 
 from videogen.api.admission import Asked, JobShape, admit, effective_limits
 from videogen.config.presets import load_presets
 from videogen.errors import InvalidOption, ModelLoadError
 
-ADMISSION_PRESETS = """\
-default: tiny
-presets:
-  tiny:
-    kind: diffusers
-    path: {path}
-    description: tiny random Wan for tests
-    size: 32x32
-    fps: 8
-    steps: 2
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 1.625
-    overlap_frames: 5
-    attention: dense
+ADMISSION_LIMITS = """\
     limits:
       max_pixels: 16384      # 128x128
       max_frames: 4000       # 500 s at 8 fps
       max_work: 5.0e+6       # 32x32 x 2,441 frames x 2 steps
-  builtin-causal:
-    kind: builtin
-    description: built-in block-causal model
-    weights: builtin_causal.safetensors
-    causal: true
-    size: 64x64
-    fps: 16
-    steps: 8
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 2.0
-    overlap_frames: 5
-    attention: dense
+"""
+CAUSAL_LIMITS = """\
     limits:
       max_pixels: 16384
       max_work: 1.0e+8
@@ -60,7 +35,9 @@ SERVICE_DEFAULT_PIXELS, SERVICE_DEFAULT_WORK = 1280 * 720, 20_000_000_000  # Ser
 def server(tmp_path_factory, make_server, tiny_model):
     d = tmp_path_factory.mktemp("admission")
     (d / "config").mkdir()
-    (d / "config" / "models.yaml").write_text(ADMISSION_PRESETS.format(path=tiny_model))
+    (d / "config" / "models.yaml").write_text(
+        presets_yaml(tiny_preset(tiny_model, extra=ADMISSION_LIMITS), causal_preset(extra=CAUSAL_LIMITS))
+    )
     local = shutil.copytree(tiny_model, d / "local-wan")  # an operator's folder that no preset names
     s = make_server(d / "data", d / "server.log",
                     extra_env={"VIDEOGEN_CONFIG_DIR": str(d / "config"), "VIDEOGEN_MODELS": f"local={local}"})  # fmt: skip

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import wait_for
-from test_streams import STREAM_PRESETS
+from service_helpers import stream_presets, wait_for
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (the [dev] extra)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,7 +42,7 @@ def wait_js(page, expression: str, timeout: float = WAIT_MS / 1000):
 def server(tmp_path_factory, make_server, tiny_model):
     d = tmp_path_factory.mktemp("console")
     (d / "config").mkdir()
-    (d / "config" / "models.yaml").write_text(STREAM_PRESETS.format(path=tiny_model))  # tiny + a stream model
+    (d / "config" / "models.yaml").write_text(stream_presets(tiny_model))  # tiny + a stream model
     s = make_server(d / "data", d / "server.log", extra_env={"VIDEOGEN_CONFIG_DIR": str(d / "config")})
     yield s
     s.stop()

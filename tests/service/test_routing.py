@@ -17,26 +17,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from service_helpers import wait_done
+from service_helpers import presets_yaml, tiny_preset, wait_done
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # s: a worker's first job imports torch and diffusers, ~1 min on the loaded 2-core box
 JOB = {"prompt": "a red circle moving right", "seconds": "2", "size": "32x32"}
-# Routing is by public name, and each name is a separate model to a worker's cache: the tiny Wan
-# folder under three names (settings as the conftest's `tiny` preset).
-PRESET = """\
-  tiny-{x}:
-    kind: diffusers
-    path: {path}
-    size: 32x32
-    fps: 8
-    steps: 2
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 1.625
-    overlap_frames: 5
-    attention: dense
-"""
 
 
 class Proc:
@@ -103,8 +88,10 @@ def fleet(tmp_path_factory, redis_url, make_server, service_env, tiny_model):
     root = tmp_path_factory.mktemp("routing")
     config = root / "config"
     config.mkdir()
-    presets = "".join(PRESET.format(x=x, path=tiny_model) for x in "abc")
-    (config / "models.yaml").write_text(f"default: tiny-a\npresets:\n{presets}")
+    # Routing is by public name, and each name is a separate model to a worker's cache: the tiny
+    # Wan folder under three names.
+    presets = (tiny_preset(tiny_model, name=f"tiny-{x}") for x in "abc")
+    (config / "models.yaml").write_text(presets_yaml(*presets, default="tiny-a"))
     env = {**service_env, "VIDEOGEN_CONFIG_DIR": str(config), "REDIS_URL": redis_url,
            "VIDEOGEN_QUEUE": f"videogen-routing-{uuid.uuid4().hex[:8]}",
            "DATABASE_URL": f"sqlite:///{root / 'data' / 'jobs.db'}", "VIDEOGEN_DATA_DIR": str(root / "data"),

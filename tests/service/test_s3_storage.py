@@ -24,8 +24,7 @@ import uuid
 import httpx
 import pytest
 from conftest import REPO, _env, free_port
-from service_helpers import decode, wait_done
-from test_streams import STREAM_PRESETS
+from service_helpers import decode, stream_presets, wait_done
 
 boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (pip install 'videogen[s3]')")
 if shutil.which("moto_server") is None:
@@ -93,7 +92,7 @@ def embedded(s3, tmp_path_factory, make_server, tiny_model):
     env, bucket = new_bucket(s3)
     d = tmp_path_factory.mktemp("s3-embedded")
     (d / "config").mkdir()
-    (d / "config" / "models.yaml").write_text(STREAM_PRESETS.format(path=tiny_model))  # tiny + a stream model
+    (d / "config" / "models.yaml").write_text(stream_presets(tiny_model))  # tiny + a stream model
     server = make_server(d / "data", d / "server.log", {**env, "VIDEOGEN_CONFIG_DIR": str(d / "config")})
     yield server, bucket
     server.stop()

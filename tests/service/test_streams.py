@@ -11,39 +11,9 @@ import time
 
 import httpx
 import pytest
-from service_helpers import decode, sse_events, wait_done, wait_for
+from service_helpers import decode, sse_events, stream_presets, wait_done, wait_for
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
-
-STREAM_PRESETS = """\
-default: tiny
-presets:
-  builtin-causal:
-    kind: builtin
-    description: built-in block-causal model (the first frame alone, then chunks of 12 frames)
-    weights: builtin_causal.safetensors
-    causal: true
-    size: 64x64
-    fps: 16
-    steps: 8
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 2.0
-    overlap_frames: 5
-    attention: dense
-  tiny:
-    kind: diffusers
-    path: {path}
-    description: tiny random Wan (not causal)
-    size: 32x32
-    fps: 8
-    steps: 2
-    guidance: 1.0
-    flow_shift: 3.0
-    segment_seconds: 1.625
-    overlap_frames: 5
-    attention: dense
-"""
 
 STREAM = {"prompt": "a red circle moving right", "model": "builtin-causal", "stream": True, "size": "64x64"}
 RED, BLUE = STREAM["prompt"], "a blue square moving up"
@@ -53,7 +23,7 @@ RED, BLUE = STREAM["prompt"], "a blue square moving up"
 def server(tmp_path_factory, make_server, tiny_model):
     d = tmp_path_factory.mktemp("streams")
     (d / "config").mkdir()
-    (d / "config" / "models.yaml").write_text(STREAM_PRESETS.format(path=tiny_model))
+    (d / "config" / "models.yaml").write_text(stream_presets(tiny_model))
     s = make_server(d / "data", d / "server.log", extra_env={"VIDEOGEN_CONFIG_DIR": str(d / "config")})
     yield s
     s.stop()

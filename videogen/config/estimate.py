@@ -16,13 +16,12 @@ counted as dense: the estimate is an upper bound on the attention share.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from videogen.config.geometry import ModelGeometry
+from videogen.config.geometry import ModelGeometry, folder_config
 from videogen.config.presets import Preset
 from videogen.errors import ModelLoadError
 
@@ -75,12 +74,8 @@ def transformer_shape(preset: Preset) -> TransformerShape:
 
 @lru_cache(maxsize=32)
 def _folder_shape(folder: str) -> TransformerShape:
-    path = Path(folder)
-    try:
-        cfg = json.loads((path / "transformer" / "config.json").read_text())
-        index = json.loads((path / "model_index.json").read_text()) if (path / "model_index.json").is_file() else {}
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"--model: cannot read {folder!r}'s transformer config: {exc}") from None
+    cfg = folder_config(folder, "transformer")
+    index = folder_config(folder, "") if (Path(folder) / "model_index.json").is_file() else {}
     return TransformerShape(
         layers=int(cfg["num_layers"]),
         width=int(cfg["num_attention_heads"]) * int(cfg["attention_head_dim"]),

@@ -59,17 +59,28 @@ def geometry_of(model: Any) -> ModelGeometry:
     )
 
 
+@lru_cache(maxsize=64)
+def folder_config(folder: str, part: str) -> dict[str, Any]:
+    """A model folder's `part/config.json` ("transformer", "vae"; "": its `model_index.json`),
+    read once per process (the geometry and the work estimate both need the transformer's).
+    ModelLoadError naming the folder and the file when it cannot be read."""
+    file = Path(folder) / part / "config.json" if part else Path(folder) / "model_index.json"
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"--model: cannot read {folder!r}'s {part or 'model_index'} config: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"--model: {file} is not a JSON object")
+    return config
+
+
 @lru_cache(maxsize=32)
 def _folder_geometry(folder: str) -> ModelGeometry:
     path = Path(folder)
     missing = [part for part in ("transformer", "vae") if not (path / part / "config.json").is_file()]
     if missing:  # the loader's words for it (`videogen.models.loader.check_model_folder`)
         raise ModelLoadError(f"--model: {folder!r} is incomplete: missing {', '.join(missing)}")
-    try:
-        vae = json.loads((path / "vae" / "config.json").read_text())
-        transformer = json.loads((path / "transformer" / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"--model: cannot read {folder!r}'s configs: {exc}") from None
+    vae, transformer = folder_config(folder, "vae"), folder_config(folder, "transformer")
     z_dim = int(vae.get("z_dim", 16))
     # Wan 2.2's 48-channel VAE strides 16x; configs that predate `scale_factor_spatial` leave it out.
     spatial = vae.get("scale_factor_spatial") or (16 if z_dim == 48 else 8)

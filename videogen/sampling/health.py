@@ -172,6 +172,12 @@ def foreground_share(frames: np.ndarray, distance: float) -> np.ndarray:
 def segment_stats(frames: np.ndarray, config: HealthConfig, copies: np.ndarray | None = None) -> SegmentStats:
     """`frames`: a segment's new frames (T, H, W, 3) uint8; `copies`: their `colour_copies` when
     already counted (they are counted here when the `copies` check is on)."""
+    return _stats_and_foreground(frames, config, copies)[0]
+
+
+def _stats_and_foreground(frames: np.ndarray, config: HealthConfig,
+                          copies: np.ndarray | None) -> tuple[SegmentStats, np.ndarray]:  # fmt: skip
+    """`segment_stats` and the (T,) per-frame `foreground_share` it was taken from."""
     if copies is None and "copies" in config.checks:
         copies = colour_copies(frames, config.foreground_distance, config.object_area)
     steps = np.abs(np.diff(frames.astype(np.int16), axis=0)).mean((1, 2, 3)) if len(frames) > 1 else np.zeros(1)
@@ -180,9 +186,10 @@ def segment_stats(frames: np.ndarray, config: HealthConfig, copies: np.ndarray |
     # histogram is taken of each frame scaled to a common mean brightness.
     gain = 128.0 / np.maximum(frames.reshape(len(frames), -1).mean(1), 1.0)
     levelled = np.clip(frames * gain[:, None, None, None], 0, 255).astype(np.uint8)
-    return SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
-                        tuple(histograms(levelled).mean(0).tolist()),
-                        -1.0 if copies is None else float(np.median(copies)))  # fmt: skip
+    stats = SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
+                         tuple(histograms(levelled).mean(0).tolist()),
+                         -1.0 if copies is None else float(np.median(copies)))  # fmt: skip
+    return stats, fg
 
 
 def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats | None,
@@ -192,7 +199,7 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     none yet). NaN latents never get here (`NONFINITE`)."""
     new = frames[prefix_frames:] if len(frames) > prefix_frames else frames
     counts = colour_copies(new, config.foreground_distance, config.object_area) if "copies" in config.checks else None
-    stats = segment_stats(new, config, counts)
+    stats, foreground = _stats_and_foreground(new, config, counts)
     ratios: dict[str, float] = {}  # check -> how far past its threshold (> 1: failed)
     if "black" in config.checks or "blown" in config.checks:
         dark = (new.max(-1) < config.dark_level).mean((1, 2)) >= config.empty_fraction
@@ -209,7 +216,7 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
         # Against the anchor, not the previous segment: a split that got through must not become
         # the norm, and the best of the attempts is the one closest to the shot's own count. A lost
         # object shows as foreground that shrank well below the anchor's.
-        lost = foreground_share(new, config.foreground_distance) < config.lost_share * reference.foreground
+        lost = foreground < config.lost_share * reference.foreground
         wrong = (counts > round(reference.copies)) | lost
         ratios["copies"] = float(wrong.mean()) / config.copies_fraction
     failed = tuple(c for c in config.checks if ratios.get(c, 0.0) > 1.0)
