@@ -184,7 +184,7 @@ class _Transformer:
 def _observed(cache: StepCache, transformer, f, sigmas) -> None:
     for step, sigma in enumerate(sigmas):
         assert cache.forecast(transformer, step, sigma) is None
-        cache.observe(step, sigma, f(sigma))
+        cache.observe(sigma, f(sigma))
 
 
 def test_taylor_forecasts_a_linear_trajectory_exactly():
@@ -222,7 +222,7 @@ def test_taylor_keeps_retention_the_last_step_max_skips_and_a_new_transformers_f
     for step, sigma in enumerate(sigmas):
         transformer = a if step < 8 else b  # a two-expert switch at step 8
         if cache.forecast(transformer, step, sigma) is None:
-            cache.observe(step, sigma, f(sigma))
+            cache.observe(sigma, f(sigma))
             computed.append(step)
     # 0-2: retention (3 of 12) and the first three outputs; 3-4 forecast, 5 computed (max 2 in a
     # row), 6-7 forecast; 8-10: the new transformer's first three; 11: the last step.

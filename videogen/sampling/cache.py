@@ -126,8 +126,7 @@ class StepCache:
             self._reset()
             self._transformer = id(transformer)
         outputs = self._outputs
-        if len(outputs) < 3 or not (self._retained <= step < self.steps - self.config.keep_last
-                                    and self._run < self.config.max_skips):  # fmt: skip
+        if len(outputs) < 3 or not self._in_window(step):
             return None
         o0, o1, o2 = outputs
         d1 = (o2.value - o1.value) / (o2.sigma - o1.sigma)
@@ -141,7 +140,7 @@ class StepCache:
         self._run += 1
         return o2.value + (sigma - o2.sigma) * d1
 
-    def observe(self, step: int, sigma: float, output: torch.Tensor) -> None:
+    def observe(self, sigma: float, output: torch.Tensor) -> None:
         """taylor: a computed step's transformer output (the step `forecast` declined)."""
         if self.config.mode != "taylor" or not self.config.enabled:
             return
@@ -149,9 +148,13 @@ class StepCache:
         self._run = 0
         self._outputs = [*self._outputs[-2:], _Output(sigma, output.detach().float())]
 
+    def _in_window(self, step: int) -> bool:
+        """Whether step `step` may be skipped at all: past retention, before the last steps, and
+        not past `max_skips` in a row (every mode)."""
+        return self._retained <= step < self.steps - self.config.keep_last and self._run < self.config.max_skips
+
     def _may_skip(self, step: int) -> bool:
-        return (self._last is not None and self._retained <= step < self.steps - self.config.keep_last
-                and self._run < self.config.max_skips)  # fmt: skip
+        return self._last is not None and self._in_window(step)
 
     def skip_all(self, step: int) -> bool:
         """mag: whether step `step` reuses the cached residual of every block (decided before it)."""

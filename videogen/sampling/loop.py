@@ -131,7 +131,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
                 step_cache.step(transformer, i),
             ):
                 pred = request.forward(transformer, latents.to(model.dtype), t, i)
-            step_cache.observe(i, sigma, pred)
+            step_cache.observe(sigma, pred)
         velocity = guided_velocity(model, pred, latents, sigma, guidance)
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
