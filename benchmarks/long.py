@@ -2,6 +2,7 @@
 
     python benchmarks/long.py --seconds 60 --prompts 3     # the baseline in docs/builtin-model.md
     python benchmarks/long.py --seconds 300                # issue 20's target length, 6 prompts
+    python benchmarks/long.py --seconds 300 --first 2 --prompts 1   # prompt 2 of that run alone
 
 Each prompt is rendered (`builtin`) and streamed (`builtin-causal`) for `--seconds`, and every
 10-second window is judged by the scene detector (`videogen.training.long_eval`): object present
@@ -26,6 +27,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=60.0, help="length of each video (>= 10)")
     p.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS, help="held-out prompts")
     p.add_argument("--seed", type=int, default=0, help="prompt i uses seed SEED + i")
+    p.add_argument("--first", type=int, default=0, help="start at held-out prompt FIRST (0-based), with its own seed")
     p.add_argument("--model", default="builtin", help="the rendering preset ('none': skip renders)")
     p.add_argument("--stream-model", default="builtin-causal", help="the streaming preset ('none': skip streams)")
     p.add_argument("--steps", type=int)
@@ -42,6 +44,8 @@ def main() -> int:
         seconds = check_long_seconds(args.seconds, option="--seconds")
         if args.prompts < 1:
             raise InvalidOption("--prompts", args.prompts, "must be at least 1")
+        if args.first < 0:
+            raise InvalidOption("--first", args.first, "must be at least 0")
     except InvalidOption as exc:
         print(f"long.py: error: {exc}", file=sys.stderr)
         return 2
@@ -50,7 +54,8 @@ def main() -> int:
         for name in (args.model, args.stream_model)
     ]
     log = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    result = evaluate_long(*models, seconds=seconds, prompts=args.prompts, seed=args.seed, steps=args.steps, log=log)
+    result = evaluate_long(*models, seconds=seconds, prompts=args.prompts, seed=args.seed, steps=args.steps,
+                           first=args.first, log=log)  # fmt: skip
     if not args.json:
         print(format_table(result.windows))
     print(json.dumps(result.summary()))

@@ -149,3 +149,17 @@ def test_eval_builtin_long_renders_streams_and_prints_a_json_line():
         assert result[f"{path}_retries"] >= 0
     assert 0.0 <= result["max_missing"] <= 1.0
     assert result["worst_window"]["prompt"] == long_prompts(1)[0].caption() and result["worst_window"]["reason"]
+
+
+def test_first_measures_one_prompt_of_a_longer_run_with_its_own_prompt():
+    from videogen.errors import InvalidOption
+    from videogen.training.long_eval import evaluate_long
+
+    result = evaluate_long(None, None, seconds=10, prompts=2, first=3)  # no model: nothing rendered
+    assert result.prompts == long_prompts(5)[3:] and result.windows == []
+    with pytest.raises(InvalidOption) as info:
+        evaluate_long(None, None, seconds=10, prompts=1, first=-1)
+    assert info.value.option == "first"
+    r = subprocess.run([sys.executable, "-m", "videogen.cli", "eval", "builtin", "--long", "10", "--first", "-1"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["videogen: error: --first=-1: must be at least 0"]

@@ -29,6 +29,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
                    help="judge every 10 s window of renders and streams this long (held-out prompts)")  # fmt: skip
     e.add_argument("--prompts", type=int, help="with --long: how many held-out prompts (default 6)")
     e.add_argument("--seed", type=int, default=0, help="with --long: prompt i uses seed SEED + i")
+    e.add_argument("--first", type=int, default=0,
+                   help="with --long: start at held-out prompt FIRST (0-based), with its own seed")  # fmt: skip
     e.add_argument("--stream-model", help="with --long: the streaming preset (default builtin-causal)")
     e.set_defaults(func=cmd_eval)
 
@@ -66,6 +68,8 @@ def _cmd_eval_long(args: argparse.Namespace) -> int:
     prompts = DEFAULT_PROMPTS if args.prompts is None else args.prompts
     if prompts < 1:
         raise InvalidOption("--prompts", prompts, "must be at least 1")
+    if args.first < 0:
+        raise InvalidOption("--first", args.first, "must be at least 0")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         render_model = load_model(args.model, device=args.device, dtype="auto", attention=args.attention)
@@ -75,7 +79,7 @@ def _cmd_eval_long(args: argparse.Namespace) -> int:
         frames_for(seconds, model.preset.fps, "--long")  # a whole number of frames at each model's rate
     log = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     result = evaluate_long(render_model, stream_model, seconds=seconds, prompts=prompts, seed=args.seed,
-                           steps=args.steps, guidance=args.guidance, log=log)  # fmt: skip
+                           steps=args.steps, guidance=args.guidance, first=args.first, log=log)  # fmt: skip
     if not args.json:
         print(format_table(result.windows))
     print(json.dumps(result.summary()))

@@ -319,18 +319,21 @@ def _worst(windows: Sequence[WindowVerdict]) -> dict | None:
 
 
 def evaluate_long(render_model, stream_model, *, seconds: float, prompts: int = DEFAULT_PROMPTS, seed: int = 0,
-                  steps: int | None = None, guidance: float | None = None,
+                  steps: int | None = None, guidance: float | None = None, first: int = 0,
                   log: Callable[[str], None] | None = None) -> LongEvaluation:  # fmt: skip
-    """Render (with `render_model`) and stream (with `stream_model`) each of `prompts` held-out
-    prompts for `seconds`, prompt i with seed `seed + i`, and judge every window. Either model may
-    be None to skip its path."""
+    """Render (with `render_model`) and stream (with `stream_model`) `prompts` held-out prompts
+    from the `first` (0-based) for `seconds`, prompt i with seed `seed + i`, and judge every
+    window. Either model may be None to skip its path. `first` lets one prompt of a run too long
+    for one sitting be measured alone, with the prompt and seed it has in the whole run."""
     seconds = check_long_seconds(seconds)
     if not isinstance(prompts, int) or prompts < 1:
         raise InvalidOption("prompts", prompts, "must be a whole number >= 1")
-    scenes = long_prompts(prompts)
+    if not isinstance(first, int) or first < 0:
+        raise InvalidOption("first", first, "must be a whole number >= 0")
+    scenes = long_prompts(first + prompts)[first:]
     result = LongEvaluation(seconds, scenes, [], {}, {})
     with tempfile.TemporaryDirectory() as tmp:
-        for i, scene in enumerate(scenes):
+        for i, scene in enumerate(scenes, start=first):
             for path, model in (("render", render_model), ("stream", stream_model)):
                 if model is None:
                     continue
