@@ -108,6 +108,10 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--init", "/no/such/weights.safetensors"], "/no/such/weights.safetensors"),
         (["--snapshot-every", "0"], "--snapshot-every=0"),
         (["--motion-weight", "-1"], "--motion-weight=-1.0"),
+        (["--rollout-frac", "0.5"], "needs --rollouts FILE"),
+        (["--rollouts", "p.npz", "--rollout-frac", "1.5"], "--rollout-frac=1.5"),
+        (["--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-chains", "0"], "--rollout-chains=0"),
+        (["--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-seconds", "1"], "--rollout-seconds=1.0"),
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):

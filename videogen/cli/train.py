@@ -67,6 +67,18 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="train without torch.compile (it needs a C compiler; it falls back by itself where it fails)",
     )
+    t.add_argument(
+        "--rollouts",
+        help="a pool of the model's own chained renders (.npz; rendered from --init first when missing)",
+    )
+    t.add_argument(
+        "--rollout-frac",
+        dest="rollout_frac",
+        type=float,
+        help="share of segment-long clips that continue a rollout context towards the corrected scene",
+    )
+    t.add_argument("--rollout-chains", dest="rollout_chains", type=int, help="videos in a new pool (default 24)")
+    t.add_argument("--rollout-seconds", dest="rollout_seconds", type=float, help="their length (default 30)")
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
     t.add_argument(
@@ -99,6 +111,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--self-context", args.self_context, "must be in [0, 1]")
     if args.context_noise is not None and not 0 <= args.context_noise <= 0.5:
         raise InvalidOption("--context-noise", args.context_noise, "must be in [0, 0.5]")
+    if args.rollout_frac is not None and not 0 <= args.rollout_frac <= 1:
+        raise InvalidOption("--rollout-frac", args.rollout_frac, "must be in [0, 1]")
+    if args.rollout_frac and not args.rollouts:
+        raise InvalidOption("--rollout-frac", args.rollout_frac, "needs --rollouts FILE")
+    if args.rollout_chains is not None and args.rollout_chains < 1:
+        raise InvalidOption("--rollout-chains", args.rollout_chains, "must be >= 1")
+    if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:
+        raise InvalidOption("--rollout-seconds", args.rollout_seconds, "must be in [4, 600]")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}

@@ -46,6 +46,15 @@ class TrainConfig:
     self_context: float = 0.0
     self_context_sigma: tuple[float, float] = (0.2, 0.7)
     context_noise: float = 0.0
+    # Rollouts (`videogen.training.rollouts`): a pool of the model's own chained renders (`rollouts`,
+    # an .npz made by `make_pool`, from `rollout_chains` videos of `rollout_seconds` rendered with
+    # the `init` weights when the file is missing); `rollout_frac` of the segment-long clips then
+    # continue a context cut from it at a seam, towards the scene redrawn clean from where the
+    # rollout left each object. 0: off (the shipped base recipe).
+    rollouts: str = ""
+    rollout_frac: float = 0.0
+    rollout_chains: int = 24
+    rollout_seconds: float = 30.0
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at

@@ -33,6 +33,7 @@ from videogen.training.context import own_context
 from videogen.training.data import Batch, make_batch
 from videogen.training.loss import flow_matching_loss
 from videogen.training.optim import build_optimizer
+from videogen.training.rollouts import RolloutPool, make_pool, mix_rollouts
 
 BUDGET_PROBE = 50  # steps timed to set a time-budgeted run's step count (within the warm-up)
 
@@ -50,6 +51,35 @@ def budget_steps(cfg: TrainConfig, step: int, rate: float, elapsed: float) -> in
     """A time-budgeted run's step count, at `step` after `elapsed` seconds at `rate` steps/s: what
     fits in the rest of `cfg.minutes` (at least one step past the warm-up)."""
     return max(step, cfg.warmup + 1, step + int(rate * (cfg.minutes * 60 - elapsed)))
+
+
+def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool | None:
+    """The rollout pool `cfg.rollouts` names (made first, from the `init` weights, when missing)."""
+    if not cfg.rollouts or cfg.rollout_frac <= 0:
+        return None
+    path = Path(cfg.rollouts)
+    if not path.is_file():
+        import os as _os
+
+        from videogen.models.loader import load_model
+
+        log(f"rollouts: rendering {cfg.rollout_chains} chains of {cfg.rollout_seconds:g} s into {path}")
+        previous = _os.environ.get("VIDEOGEN_BUILTIN_WEIGHTS")
+        if cfg.init:
+            _os.environ["VIDEOGEN_BUILTIN_WEIGHTS"] = str(cfg.init)
+        try:
+            model = load_model("builtin", device="cpu", dtype="float32", attention="dense")
+        finally:
+            if previous is None:
+                _os.environ.pop("VIDEOGEN_BUILTIN_WEIGHTS", None)
+            else:
+                _os.environ["VIDEOGEN_BUILTIN_WEIGHTS"] = previous
+        make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed)
+    pool = RolloutPool.load(path)
+    log(
+        f"rollouts: {len(pool.videos)} videos, {pool.seams} seams each, in {cfg.rollout_frac:.0%} of segment-long clips"
+    )
+    return pool
 
 
 def train_builtin(
@@ -76,6 +106,7 @@ def train_builtin(
     if ckpt.is_file():
         ema, start, total = _resume(ckpt, cfg, transformer, encoder, opt, total, log)
     codec = PixelCodec(4, 4)
+    pool = _rollout_pool(cfg, log)
     transformer.train()
     encoder.train()
     forward = transformer
@@ -96,6 +127,7 @@ def train_builtin(
             log(f"time budget {cfg.minutes:g} min: {total} steps at {rate:.2f} steps/s (the same run: --steps {total})")
         t_step = time.perf_counter()
         batch = own_context(transformer, encoder, make_batch(cfg, step, codec), cfg, step)
+        batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec)
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total)
         try:

@@ -1,0 +1,109 @@
+"""Rollout training clips: a context cut from the model's own chained render at a seam, and the
+scene redrawn clean from where the rollout left each object."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from videogen.models.codec import PixelCodec
+from videogen.training.config import TrainConfig
+from videogen.training.data import make_batch
+from videogen.training.rollouts import NEW_FRAMES, SEGMENT_FRAMES, RolloutPool, make_pool, mix_rollouts, rollout_clip
+from videogen.training.scenes import canonical_start, colour_mask, parse_caption, render_scene, track_colour
+
+CAPTIONS = ("a red triangle bouncing on a gray background", "a blue square moving left on a black background",
+            "a cyan triangle moving up and a white circle staying still on a green background")  # fmt: skip
+
+
+def _pool(caption: str, seams: int = 4) -> tuple[RolloutPool, np.ndarray]:
+    scene = canonical_start(parse_caption(caption), random.Random(3))
+    video = render_scene(scene, SEGMENT_FRAMES + NEW_FRAMES * seams, size=64)
+    return RolloutPool(video[None], [scene]), video
+
+
+@pytest.mark.parametrize("caption", CAPTIONS)
+def test_a_rollout_that_is_the_scene_itself_continues_as_the_scene(caption):
+    pool, video = _pool(caption)
+    assert pool.seams == 4
+    for seam in (1, 2, 4):
+        clip, scene, clock = rollout_clip(pool, 0, seam)
+        end = SEGMENT_FRAMES + NEW_FRAMES * (seam - 1)
+        truth = video[end - 5 : end + NEW_FRAMES]
+        assert clip.shape == truth.shape and clock == 7.0 * seam  # the segment's clock (`segment_times`)
+        # Only sub-pixel rounding of a re-measured triangle's position differs (a whole pixel's
+        # shift of one object changes ~2% of the frame's pixels).
+        assert (np.abs(clip.astype(int) - truth.astype(int)).max(-1) > 30).mean() < 0.005
+        assert scene.caption() == caption
+
+
+def test_the_target_continues_from_where_the_rollout_left_the_object_at_its_true_size():
+    pool, video = _pool(CAPTIONS[1])  # a blue square moving left, 0.75 px a frame
+    end = SEGMENT_FRAMES + NEW_FRAMES  # the context of seam 2
+    # The rollout's object is 6 px lower than the scene has it, and swollen by 3 px on every side.
+    drifted = video.copy()
+    blob = colour_mask(video[end - 5 : end], (40, 80, 230))
+    moved = np.roll(blob, 6, axis=1)
+    swollen = moved.copy()
+    for dy in range(-3, 4):
+        for dx in range(-3, 4):
+            swollen |= np.roll(moved, (dy, dx), axis=(1, 2))
+    context = drifted[end - 5 : end]
+    context[:] = video[0, 0, 0]  # the background
+    context[swollen] = video[end - 1][blob[-1]][0]
+    clip, _, _ = rollout_clip(RolloutPool(drifted[None], pool.scenes), 0, 2)
+    first = track_colour(clip[5:6], "blue")
+    last = track_colour(context[-1:], "blue")
+    dx, dy = (first.centroid[0] - last.centroid[0] + 32) % 64 - 32  # the short way round the wrapping frame
+    assert abs(dx + 0.75) < 0.3 and abs(dy) < 0.3  # one frame's move left, from the rollout's place
+    truth_area = colour_mask(video[end : end + 1], (40, 80, 230)).sum()
+    assert colour_mask(clip[5:6], (40, 80, 230)).sum() == truth_area  # drawn at its true size
+    assert colour_mask(context[-1:], (40, 80, 230)).sum() > 1.4 * truth_area
+
+
+def test_mixing_replaces_a_share_of_segment_long_clips_deterministically():
+    pool, _ = _pool(CAPTIONS[0])
+    codec = PixelCodec(4, 4)
+    cfg = TrainConfig(batch_tokens=2048)
+    step = next(s for s in range(100) if make_batch(cfg, s, codec).latents.shape[2] == 9)
+    base = make_batch(cfg, step, codec)
+    mixed = mix_rollouts(base, pool, 1.0, cfg.seed, step, cfg.shift, codec)
+    again = mix_rollouts(make_batch(cfg, step, codec), pool, 1.0, cfg.seed, step, cfg.shift, codec)
+    assert torch.equal(mixed.latents, again.latents) and torch.equal(mixed.sigmas, again.sigmas)
+    assert mixed.captions == [CAPTIONS[0]] * len(base.captions)
+    assert bool(mixed.context[:, :2].all()) and not bool(mixed.context[:, 2:].any())
+    assert bool((mixed.sigmas[:, :2] == 0).all()) and bool((mixed.sigmas[:, 2:] > 0).all())
+    assert {float(f) for f in mixed.frames[:, 0]} <= {7.0 * s for s in range(1, pool.seams + 1)}
+    # Clips of another length, and a share of 0, are left as they were.
+    other = next(s for s in range(100) if make_batch(cfg, s, codec).latents.shape[2] != 9)
+    short = make_batch(cfg, other, codec)
+    assert mix_rollouts(short, pool, 1.0, cfg.seed, other, cfg.shift, codec) is short
+    assert mix_rollouts(base, pool, 0.0, cfg.seed, step, cfg.shift, codec) is base
+
+
+@pytest.mark.slow
+def test_a_pool_is_the_models_own_gate_off_renders(builtin_model, tmp_path):
+    path = make_pool(builtin_model, tmp_path / "pool.npz", chains=2, seconds=4.0, seed=5)
+    pool = RolloutPool.load(path)
+    assert pool.videos.shape == (2, 64, 64, 64, 3) and pool.seams == 1
+    assert all(s.lighting == "none" for s in pool.scenes)
+    assert pool.scenes[0] != pool.scenes[1]
+    clip, _, clock = rollout_clip(pool, 1, 1)
+    assert clip.shape == (33, 64, 64, 3) and clock == 7.0
+    assert np.array_equal(clip[:5], pool.videos[1, 28:33])  # the prefix the second segment saw
+
+
+def test_a_rollout_that_split_its_object_continues_from_the_larger_piece():
+    pool, video = _pool(CAPTIONS[1])
+    end = SEGMENT_FRAMES + NEW_FRAMES
+    split = video.copy()
+    context = split[end - 5 : end]
+    blob = colour_mask(context, (40, 80, 230))
+    piece = blob & (np.cumsum(blob, axis=2) <= 6)  # the left 6 columns of the square, copied 24 px down
+    context[np.roll(piece, 24, axis=1)] = context[blob][0]
+    clip, _, _ = rollout_clip(RolloutPool(split[None], pool.scenes), 0, 2)
+    truth, _, _ = rollout_clip(pool, 0, 2)
+    assert (np.abs(clip[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() < 0.005
