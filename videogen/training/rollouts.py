@@ -9,8 +9,8 @@ The one-step self-context (`videogen.training.context`) shows the model its own 
 Here the context is real rollout output: chained gate-off renders of training captions
 (`make_pool`), cut at every seam into the prefix the next segment saw. The target is what a
 perfect model would draw from there (DAgger, with the scene generator as the expert): each
-object measured where the rollout left it (its colour's centroid in the last context frame,
-`track_colour`), moving on as its caption says (a bounce in the direction the scene had at that
+object measured where the rollout left it (the centroid of its colour's largest piece in the
+last context frame), moving on as its caption says (a bounce in the direction the scene had at that
 time), drawn clean, at the true size and shape. So the model learns to continue from where its
 own output is, and to repair the object rather than copy it. The clip's clock is the video's, as
 rendering sees it.

@@ -59,21 +59,12 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
         return None
     path = Path(cfg.rollouts)
     if not path.is_file():
-        import os as _os
-
         from videogen.models.loader import load_model
 
         log(f"rollouts: rendering {cfg.rollout_chains} chains of {cfg.rollout_seconds:g} s into {path}")
-        previous = _os.environ.get("VIDEOGEN_BUILTIN_WEIGHTS")
-        if cfg.init:
-            _os.environ["VIDEOGEN_BUILTIN_WEIGHTS"] = str(cfg.init)
-        try:
-            model = load_model("builtin", device="cpu", dtype="float32", attention="dense")
-        finally:
-            if previous is None:
-                _os.environ.pop("VIDEOGEN_BUILTIN_WEIGHTS", None)
-            else:
-                _os.environ["VIDEOGEN_BUILTIN_WEIGHTS"] = previous
+        model = load_model("builtin", device="cpu", dtype="float32", attention="dense")
+        if cfg.init:  # the pool is the weights being fine-tuned's own output
+            load_weights(model.transformer, model.prompt_encoder, cfg.init)
         make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed)
     pool = RolloutPool.load(path)
     log(
