@@ -185,11 +185,11 @@ def _plant(monkeypatch, model, kind: str, segment: int = 1):
     current = {}
     real_denoise, real_decode = seg_module._denoise, model.codec.decode
 
-    def denoise(seg, inputs, handoff, attempt):
+    def denoise(seg, inputs, handoff, attempt, *rest):
         current["at"] = (seg.index, attempt)
         if kind == "nan" and (seg.index, attempt) == (segment, 0):
             raise NonFiniteLatents(f"segment {segment}: planted NaN")
-        return real_denoise(seg, inputs, handoff, attempt)
+        return real_denoise(seg, inputs, handoff, attempt, *rest)
 
     def decode(latents):
         video = real_decode(latents)

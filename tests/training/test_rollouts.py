@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from videogen.models.codec import PixelCodec
+from videogen.config.geometry import SINK_POSITION
+from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
-from videogen.training.data import make_batch
+from videogen.training.data import ANCHOR_LATEST, make_batch
 from videogen.training.rollouts import NEW_FRAMES, SEGMENT_FRAMES, RolloutPool, make_pool, mix_rollouts, rollout_clip
 from videogen.training.scenes import canonical_start, colour_mask, parse_caption, render_scene, track_colour
 
@@ -107,3 +108,54 @@ def test_a_rollout_that_split_its_object_continues_from_the_larger_piece():
     clip, _, _ = rollout_clip(RolloutPool(split[None], pool.scenes), 0, 2)
     truth, _, _ = rollout_clip(pool, 0, 2)
     assert (np.abs(clip[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() < 0.005
+
+
+def test_anchored_continuations_see_a_frame_of_the_videos_first_segment_at_the_sink_position():
+    """`anchor_frac`: on-clock continuations (a chained render's) get, in place of their prefix's
+    first latent frame, the scene's frame at a latent time 1..ANCHOR_LATEST, at `SINK_POSITION`;
+    the rest of the batch is the base recipe's, draw for draw."""
+    codec = PixelCodec(4, 4)
+    cfg = TrainConfig(batch_tokens=2048, anchor_frac=1.0)
+    plain = TrainConfig(batch_tokens=2048)
+    found = 0
+    for step in range(400):
+        batch, base = make_batch(cfg, step, codec), make_batch(plain, step, codec)
+        assert base.positions is None
+        assert batch.captions == base.captions and torch.equal(batch.sigmas, base.sigmas)
+        f = batch.latents.shape[2]
+        assert batch.positions is not None and batch.positions.shape == (len(batch.captions), f)
+        for b in range(len(batch.captions)):
+            if batch.positions[b, 0] != SINK_POSITION:
+                assert torch.equal(batch.latents[b], base.latents[b]) and torch.equal(batch.frames[b], base.frames[b])
+                assert batch.positions[b].tolist() == list(range(f))
+                continue
+            found += 1
+            time = float(batch.frames[b, 0])
+            assert time in {float(t) for t in range(1, ANCHOR_LATEST + 1)}
+            assert bool((batch.sigmas[b, :2] == 0).all()) and f > 2
+            assert batch.positions[b, 1:].tolist() == list(range(1, f))
+            assert torch.equal(batch.latents[b, :, 1:], base.latents[b, :, 1:])  # the prefix proper and the target
+            assert torch.equal(batch.frames[b, 1:], base.frames[b, 1:])
+            # latent frame 0 is one video frame of the same scene, at its own time: the scene as it
+            # was at video frame 4 x time, which the clip's own (later) first frame is not
+            assert not torch.equal(batch.latents[b, :, 0], base.latents[b, :, 0])
+        if found >= 3:
+            break
+    assert found >= 3
+
+
+def test_rollout_clips_are_anchored_on_their_videos_own_first_segment():
+    pool, video = _pool(CAPTIONS[0])
+    codec = PixelCodec(4, 4)
+    cfg = TrainConfig(batch_tokens=2048)
+    step = next(s for s in range(100) if make_batch(cfg, s, codec).latents.shape[2] == 9)
+    mixed = mix_rollouts(make_batch(cfg, step, codec), pool, 1.0, cfg.seed, step, cfg.shift, codec, anchor_frac=1.0)
+    assert mixed.positions is not None and bool((mixed.positions[:, 0] == SINK_POSITION).all())
+    for b in range(len(mixed.captions)):
+        time = int(mixed.frames[b, 0])
+        assert 1 <= time <= ANCHOR_LATEST and mixed.positions[b, 1:].tolist() == list(range(1, 9))
+        anchor = codec.encode(uint8_to_video(video[4 * time][None]))  # that one frame, as a clip's first
+        assert torch.allclose(mixed.latents[b, :, 0], anchor[0, :, 0], atol=1e-6)
+    clip, _, _ = rollout_clip(pool, 0, 2, anchor=3)
+    plain, _, _ = rollout_clip(pool, 0, 2)
+    assert np.array_equal(clip[0], video[12]) and np.array_equal(clip[1:], plain[1:])

@@ -141,6 +141,11 @@ class Preset:
     # model was fine-tuned on such context: `videogen train builtin --context-noise`), so it keeps
     # the prefix's layout without copying its pixel-level artefacts. 0: clean (any other model).
     context_noise: float = 0.0
+    # A continuing segment sees the shot's first segment's latent frame `anchor_frame` (at its own
+    # time, at `SINK_POSITION`) in place of its prefix's first latent frame: the object's true size
+    # and shape, which a chain's prefix loses by compounding. Only for models trained with anchors
+    # (`videogen train builtin --anchor-frac`). None: off.
+    anchor_frame: int | None = None
     continuation: str = "clean"  # how a segment sees its prefix (`CONTINUATION_MODES`): what the model was trained for
     # Two-expert folders (Wan 2.2 A14B): the low-noise expert's guidance scale (diffusers'
     # `guidance_scale_2`). None: `guidance`.
@@ -193,6 +198,7 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             health=_health(name, config_file, raw.get("health") or {}),
             limits=_limits(name, config_file, raw.get("limits") or {}),
             context_noise=float(raw.get("context_noise", 0.0)),
+            anchor_frame=int(raw["anchor_frame"]) if raw.get("anchor_frame") is not None else None,
             continuation=str(raw.get("continuation", "clean")),
             guidance_2=float(raw["guidance_2"]) if raw.get("guidance_2") is not None else None,
             offload=str(raw.get("offload", "none")),
@@ -212,6 +218,10 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
         if not 0.0 <= presets[name].context_noise <= 0.5:
             raise ModelLoadError(f"preset {name!r} in {config_file}: context_noise must be in [0, 0.5], "
                                  f"got {presets[name].context_noise}")  # fmt: skip
+        anchor = presets[name].anchor_frame
+        if anchor is not None and (kind != "builtin" or anchor < 1):
+            raise ModelLoadError(f"preset {name!r} in {config_file}: anchor_frame must be >= 1 and needs a "
+                                 f"model trained with anchors (kind builtin), got {anchor}")  # fmt: skip
         if not presets[name].limits.admits_size(*presets[name].size):
             raise ModelLoadError(f"preset {name!r} in {config_file}: its size {raw['size']} is outside its limits")
     default = data.get("default", next(iter(presets), ""))

@@ -64,9 +64,11 @@ TRANSFORMER_CONFIG = dict(
 )
 
 
-def position_channels(latents: torch.Tensor, frames: list[int] | None = None) -> torch.Tensor:
+def position_channels(latents: torch.Tensor, frames=None) -> torch.Tensor:
     """(B, 3, F, h, w): each latent cell's x and y in [-1, 1] and its latent frame's index in the
-    clip (/ 8; `frames` gives them, default 0..F-1), concatenated to the noisy latents as
+    clip (/ 8; `frames` gives them: a list, or (B, F) per sample; default 0..F-1; an anchor frame,
+    a clean frame of the shot's first segment at its own time, sits at `SINK_POSITION`: the object's
+    true size and shape, which a chain's prefix loses by compounding), concatenated to the noisy latents as
     conditioning channels (as Wan 2.1 I2V concatenates its mask and image latents). Wan has no
     absolute position embedding (RoPE is relative), so from a uniform background at high noise a
     Wan model can tell neither the middle of the frame from its edge nor the first frame from the
@@ -77,10 +79,10 @@ def position_channels(latents: torch.Tensor, frames: list[int] | None = None) ->
     dev, dt = latents.device, latents.dtype
     ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=dev, dtype=dt)
     xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=dev, dtype=dt)
-    ts = torch.tensor(list(range(f)) if frames is None else frames, device=dev, dtype=dt) / 8
-    grid = torch.stack([repeat(xs, "w -> f h w", f=f, h=h), repeat(ys, "h -> f h w", f=f, w=w),
-                        repeat(ts, "f -> f h w", h=h, w=w)])  # fmt: skip
-    return repeat(grid, "c f h w -> b c f h w", b=b)
+    ts = torch.as_tensor(list(range(f)) if frames is None else frames, device=dev).to(dt) / 8
+    ts = ts.expand(b, f) if ts.dim() == 1 else ts  # (B, F)
+    space = torch.stack([repeat(xs, "w -> b f h w", b=b, f=f, h=h), repeat(ys, "h -> b f h w", b=b, f=f, w=w)], 1)
+    return torch.cat([space, repeat(ts, "b f -> b 1 f h w", h=h, w=w)], dim=1)
 
 
 # The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
@@ -184,10 +186,10 @@ class BuiltinPromptEncoder(VocabPromptEncoder):
         super().__init__(VOCAB, TEXT_DIM)
         self.layout = MotionLayout(TEXT_DIM)
 
-    def condition(self, latents: torch.Tensor, frames: list[int] | None = None, embeds: torch.Tensor | None = None,
+    def condition(self, latents: torch.Tensor, frames=None, embeds: torch.Tensor | None = None,
                   absolute=None) -> torch.Tensor:  # fmt: skip
-        """The transformer's input: latents + position channels (at `frames`) + the caption's
-        moving frames (at `absolute` frame indices, default `frames`)."""
+        """The transformer's input: latents + position channels (at `frames`, a list or (B, F))
+        + the caption's moving frames (at `absolute` frame indices, default `frames`)."""
         if embeds is None:
             raise ValueError("the built-in model's input needs the prompt embeddings")
         layout = self.layout(latents, embeds, frames if absolute is None else absolute)

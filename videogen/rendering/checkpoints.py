@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from videogen.config.spec import RenderSpec
+from videogen.sampling.loop import SegmentAnchor, anchor_from_dict, anchor_to_dict
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class SegmentCheckpoint:
     handoff: torch.Tensor  # (1, C, F, h, w): its latents, the next segment's clean prefix
     stitcher: dict[str, Any]  # `Stitcher.state_dict()` after it
     health: dict[str, Any] | None = None  # `HealthHistory.state_dict()` after it (the kept attempt); None: gate off
+    anchor: SegmentAnchor | None = None  # the shot's anchor frame after it (None: the preset has none)
 
 
 class SegmentCheckpoints:
@@ -56,14 +58,16 @@ class SegmentCheckpoints:
         return done
 
     def save(self, index: int, written: np.ndarray, handoff: torch.Tensor, stitcher_state: dict[str, Any],
-             health: dict[str, Any] | None = None) -> None:  # fmt: skip
+             health: dict[str, Any] | None = None, anchor: SegmentAnchor | None = None) -> None:  # fmt: skip
         tmp = self._file(index).with_suffix(".tmp")
-        torch.save({"written": written, "handoff": handoff, "stitcher": stitcher_state, "health": health}, tmp)
+        torch.save({"written": written, "handoff": handoff, "stitcher": stitcher_state, "health": health,
+                    "anchor": anchor_to_dict(anchor)}, tmp)  # fmt: skip
         os.replace(tmp, self._file(index))  # atomic: a crash leaves the old state or the new, never half
 
     def load(self, index: int) -> SegmentCheckpoint:
         state = torch.load(self._file(index), weights_only=False)
-        return SegmentCheckpoint(state["written"], state["handoff"], state["stitcher"], state.get("health"))
+        return SegmentCheckpoint(state["written"], state["handoff"], state["stitcher"], state.get("health"),
+                                 anchor_from_dict(state.get("anchor")))  # fmt: skip
 
     def clear(self) -> None:
         for f in self.root.glob(f"segment-{self.key}-*.pt"):

@@ -35,8 +35,9 @@ from videogen.models.lora import load_loras, lora_adapters
 from videogen.rendering.checkpoints import SegmentCheckpoints
 from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
 from videogen.rendering.gate import HealthHistory
-from videogen.rendering.segment import SegmentInputs, make_segment, segment_inputs
+from videogen.rendering.segment import SegmentInputs, make_segment, segment_anchor, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
+from videogen.sampling.loop import SegmentAnchor
 
 
 def prepare(spec: RenderSpec, model: Any, continue_first: bool = False) -> tuple[ResolvedSettings, RenderPlan]:
@@ -54,6 +55,7 @@ class _Progress:
     frames_written: int = 0
     tail: RenderTail | None = None  # the last segment's tail, when one is to be saved
     health: HealthHistory | None = None  # the health gate's memory (None: the gate is off)
+    anchor: SegmentAnchor | None = None  # the shot's anchor frame (a preset's `anchor_frame`; `segment_anchor`)
 
 
 def render(
@@ -136,7 +138,7 @@ def _restore_source(source: RenderTail | None, stitcher: Any, resolved: Resolved
     if anchor == "new" or (anchor == "auto" and source.prompt is not None and source.prompt != prompt):
         stitcher.reanchor()  # kept in the stitcher's state: a resumed extension restores it from its checkpoint
     skip = resolved.settings.overlap_frames if done == 0 else 0  # a resumed extension already skipped them
-    return _Progress(handoff=source.handoff, skip=skip)
+    return _Progress(handoff=source.handoff, skip=skip, anchor=source.anchor)
 
 
 def _replay(seg: SegmentPlan, checkpoints: SegmentCheckpoints, done: int, writer: VideoWriter, stitcher: Any,
@@ -146,7 +148,7 @@ def _replay(seg: SegmentPlan, checkpoints: SegmentCheckpoints, done: int, writer
     writer.write(saved.written)
     progress.frames_written += len(saved.written)
     if seg.index == done - 1:
-        progress.handoff = saved.handoff
+        progress.handoff, progress.anchor = saved.handoff, saved.anchor
         stitcher.load_state_dict(saved.stitcher)
         if progress.health is not None and saved.health is not None:
             progress.health.load_state_dict(saved.health)
@@ -162,12 +164,13 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     last = seg.index == len(inputs.resolved.plan) - 1
     with lora_adapters(inputs.model, inputs.resolved.loras):  # the request's LoRAs; the base model after
         out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
-                                      keep_state=keep_tail)  # fmt: skip
+                                      keep_state=keep_tail, anchor=progress.anchor)  # fmt: skip
     handoff = out.latents.detach().to("cpu")
+    progress.anchor = segment_anchor(seg, inputs, handoff, progress.anchor)
     if out.stitcher_state is not None:
         progress.tail = RenderTail(handoff, out.stitcher_state, asdict(inputs.resolved.settings),
                                    inputs.model.preset.name, inputs.offset + len(inputs.resolved.plan),
-                                   inputs.times[seg.index] + seg.latent_frames, seg.prompt)  # fmt: skip
+                                   inputs.times[seg.index] + seg.latent_frames, seg.prompt, progress.anchor)  # fmt: skip
     frames = out.frames
     if progress.skip:  # an extension: the source video already shows the overlap
         frames, progress.skip = frames[progress.skip :], max(0, progress.skip - len(frames))
@@ -176,7 +179,7 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     progress.handoff = handoff
     if checkpoints:
         health = progress.health.state_dict() if progress.health is not None else None
-        checkpoints.save(seg.index, frames, handoff, stitcher.state_dict(), health)
+        checkpoints.save(seg.index, frames, handoff, stitcher.state_dict(), health, progress.anchor)
     yield SegmentFinished(seg.index, progress.frames_written, attempts=out.attempts, failed_checks=out.failed_checks)
 
 

@@ -24,7 +24,7 @@ from videogen.rendering.gate import HealthHistory, gated_sample
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
 from videogen.sampling.health import attempt_noise
-from videogen.sampling.loop import StepProgress, denoise_segment
+from videogen.sampling.loop import SegmentAnchor, StepProgress, anchor_latent, denoise_segment
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,20 @@ def segment_inputs(model: Any, resolved: ResolvedRender, source: RenderTail | No
 
 
 def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff: torch.Tensor | None,
-                 history: HealthHistory | None, *, last: bool,
-                 keep_state: bool) -> Generator[StepProgress | SegmentRetried, None, SegmentOutput]:  # fmt: skip
+                 history: HealthHistory | None, *, last: bool, keep_state: bool,
+                 anchor: SegmentAnchor | None = None) -> Generator[StepProgress | SegmentRetried, None, SegmentOutput]:  # fmt: skip
     """Denoise `seg` and stitch it: yields a `StepProgress` per step (and a `SegmentRetried`
     before each re-sampling the health gate asks for), returns its frames. `handoff`: the
     previous segment's latents; `history`: the gate's memory (None: the gate is off); `last`: the
     render's last segment (the stitcher flushes what it holds back); `keep_state`: also return
-    the stitcher's state before that flush."""
+    the stitcher's state before that flush; `anchor`: the shot's anchor frame (`segment_anchor`)."""
     model, settings = inputs.model, inputs.resolved.settings
     written: list[np.ndarray] = []
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
 
     def sample(attempt: int) -> Generator[StepProgress, None, torch.Tensor]:
-        return _denoise(seg, inputs, handoff, attempt)
+        return _denoise(seg, inputs, handoff, attempt, anchor)
 
     def decode(latents: torch.Tensor) -> np.ndarray:
         from videogen.models.codec import video_to_uint8
@@ -117,8 +117,8 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
     return SegmentOutput(corrected, out, state, gate.attempts if gate else 1, gate.failed if gate else ())
 
 
-def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None,
-             attempt: int) -> Generator[StepProgress, None, torch.Tensor]:  # fmt: skip
+def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None, attempt: int,
+             anchor: SegmentAnchor | None) -> Generator[StepProgress, None, torch.Tensor]:  # fmt: skip
     """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`)."""
     model, settings = inputs.model, inputs.resolved.settings
     h, w = settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor
@@ -143,7 +143,14 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         context_noise=model.preset.context_noise if seg.prefix_latent_frames else 0.0,
         continuation=inputs.resolved.continuation,  # the start image's prefix too: one kind of conditioning
         guidance_2=settings.guidance_2,
+        anchor=anchor if _anchored(seg, anchor) else None,
     )
+
+
+def _anchored(seg: SegmentPlan, anchor: SegmentAnchor | None) -> bool:
+    """Whether `seg` sees `anchor` in place of its prefix's first latent frame: a continuation of a
+    handoff of >= 2 latent frames, under the prompt the anchor was drawn with."""
+    return anchor is not None and seg.prefix_latent_frames >= 2 and anchor.prompt == seg.prompt
 
 
 def _prefix(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None) -> torch.Tensor | None:
@@ -154,6 +161,21 @@ def _prefix(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | Non
         return None
     assert handoff is not None, "a continuing segment follows one that handed over its latents"
     return handoff[:, :, -seg.prefix_latent_frames :]
+
+
+def segment_anchor(seg: SegmentPlan, inputs: SegmentInputs, latents: torch.Tensor,
+                   current: SegmentAnchor | None) -> SegmentAnchor | None:  # fmt: skip
+    """The anchor the segments after `seg` (whose latents are `latents`) are anchored on: with a
+    preset's `anchor_frame`, a shot's first segment (or the first under a new prompt) sets it to
+    its latent frame `anchor_frame`; otherwise `current` stands. None: the preset has none."""
+    frame = inputs.model.preset.anchor_frame
+    if frame is None:
+        return None
+    if current is not None and not seg.first_in_shot and current.prompt == seg.prompt:
+        return current
+    frame = min(frame, latents.shape[2] - 1)
+    latent = anchor_latent(inputs.model.codec, latents, frame).detach().to("cpu")
+    return SegmentAnchor(latent, inputs.times[seg.index] + frame, seg.prompt)
 
 
 def concat_frames(parts: Sequence[np.ndarray | None], height: int, width: int) -> np.ndarray:

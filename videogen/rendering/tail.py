@@ -3,7 +3,8 @@
 The tail is the last segment's latents (the extension's clean prefix), the stitcher's state (seam
 blend, colour anchor), the settings that must match, the number of segments so far (the
 extension continues the noise stream after them), where the source's clock ended and its last
-prompt (an extension with another prompt starts its own colour anchor). It is one `torch.save`
+prompt (an extension with another prompt starts its own colour anchor), and its anchor frame
+(a preset's `anchor_frame`: an extension under the same prompt stays anchored on it). It is one `torch.save`
 file, written atomically.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from videogen.config.resolve import ResolvedSettings
 from videogen.errors import InvalidOption
+from videogen.sampling.loop import SegmentAnchor, anchor_from_dict, anchor_to_dict
 
 # Settings a continuation must share with its source: the frames must join without a seam.
 MATCHING_SETTINGS = ("width", "height", "fps", "overlap_frames")
@@ -32,10 +34,12 @@ class RenderTail:
     segments: int  # segments of the source video (the extension's numbering continues after them)
     time_end: float | None  # where the source's clock ended, in latent frames (None: unknown)
     prompt: str | None = None  # the source's last segment's prompt (None: a tail saved before it was kept)
+    anchor: SegmentAnchor | None = None  # the source's anchor frame (a preset's `anchor_frame`), for an extension
 
     def to_dict(self) -> dict[str, Any]:
         return {"handoff": self.handoff, "stitcher": self.stitcher, "settings": self.settings, "model": self.model,
-                "segments": self.segments, "time_end": self.time_end, "prompt": self.prompt}  # fmt: skip
+                "segments": self.segments, "time_end": self.time_end, "prompt": self.prompt,
+                "anchor": anchor_to_dict(self.anchor)}  # fmt: skip
 
 
 def load_tail(path: str | os.PathLike, model_name: str, settings: ResolvedSettings) -> RenderTail:
@@ -45,7 +49,7 @@ def load_tail(path: str | os.PathLike, model_name: str, settings: ResolvedSettin
         raise InvalidOption("continue_from", str(path), "no such render tail file")
     raw = torch.load(p, weights_only=False)
     tail = RenderTail(raw["handoff"], raw["stitcher"], raw["settings"], raw["model"], int(raw["segments"]),
-                      raw.get("time_end"), raw.get("prompt"))  # fmt: skip
+                      raw.get("time_end"), raw.get("prompt"), anchor_from_dict(raw.get("anchor")))  # fmt: skip
     mine = asdict(settings)
     for key in MATCHING_SETTINGS:
         if tail.settings[key] != mine[key]:

@@ -54,6 +54,9 @@ class SegmentForward:
     num_steps: int
     absolute: list[float]  # the latent frames' times in their shot (time-dependent conditioning)
     prefix_timestep: float = 0.0  # the prefix's noise level x 1000 (`context_noise`; 0: clean)
+    # the latent frames' positions in the clip (position-conditioned models; an anchor frame sits
+    # at `SINK_POSITION`); None: 0..F-1
+    positions: list[int] | None = None
 
     def __call__(self, transformer: Any, latents: torch.Tensor, t: torch.Tensor, step: int) -> torch.Tensor:
         model, batch = self.model, self.embeds.shape[0]
@@ -65,7 +68,7 @@ class SegmentForward:
             timestep[:, : (self.prefix_frames // model.patch_size[0]) * tokens_per_frame] = self.prefix_timestep
         else:
             timestep = t.expand(batch)
-        inputs = model.transformer_input(x, self.embeds, None, self.absolute)
+        inputs = model.transformer_input(x, self.embeds, self.positions, self.absolute)
         return call_transformer(
             transformer, inputs, timestep, self.embeds, AttentionCall(self.grid, step, self.num_steps)
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from videogen.config.geometry import SINK_POSITION
 from videogen.config.step_cache import StepCacheConfig
 from videogen.errors import NonFiniteLatents, RenderCancelled
 from videogen.sampling.cache import StepCache
@@ -157,6 +158,33 @@ def run_to_end(steps: Generator[StepProgress, None, torch.Tensor]) -> torch.Tens
             return stop.value
 
 
+@dataclass(frozen=True)
+class SegmentAnchor:
+    """A clean frame of the shot's first segment that a continuing segment sees in place of its
+    prefix's first latent frame (a preset's `anchor_frame`): the object's true size and shape,
+    which a chain's prefix loses by compounding its own errors. The frame is encoded as a clip's
+    first latent frame (one frame, as the built-in model is trained on it: `anchor_latent`)."""
+
+    latent: torch.Tensor  # (1, C, 1, h, w)
+    time: float  # its time in the shot, in latent frames (the moving frames' clock)
+    prompt: str  # the prompt it was drawn under: a segment with another prompt is not anchored on it
+
+
+def anchor_to_dict(anchor: SegmentAnchor | None) -> dict[str, Any] | None:
+    """`anchor` as plain values (checkpoints, render tails)."""
+    return None if anchor is None else {"latent": anchor.latent, "time": anchor.time, "prompt": anchor.prompt}
+
+
+def anchor_from_dict(raw: dict[str, Any] | None) -> SegmentAnchor | None:
+    return None if raw is None else SegmentAnchor(raw["latent"], float(raw["time"]), str(raw["prompt"]))
+
+
+def anchor_latent(codec: Any, latents: torch.Tensor, frame: int) -> torch.Tensor:
+    """(1, C, 1, h, w): latent frame `frame` of `latents` as its last video frame alone, encoded
+    as a clip's first latent frame."""
+    return codec.encode(codec.decode(latents[:, :, frame : frame + 1]))
+
+
 def denoise_segment(
     model: Any,
     *,
@@ -177,8 +205,13 @@ def denoise_segment(
     context_noise: float = 0.0,  # the handed-over prefix is held at this noise level (0: clean)
     continuation: str = "clean",  # "clean": the prefix at timestep 0; "renoise": re-noised every step (`renoised`)
     guidance_2: float | None = None,  # two-expert models: the low-noise expert's guidance; None: `guidance`
+    anchor: SegmentAnchor | None = None,  # a frame of the shot's first segment in place of the prefix's first
 ) -> Generator[StepProgress, None, torch.Tensor]:
-    """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring)."""
+    """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring).
+
+    `anchor` (a continuation with a prefix of 2 or more latent frames, a model trained with
+    anchors): the model sees the anchor's latent frame, at `SINK_POSITION` and at its own time, in
+    place of the prefix's first latent frame; the returned latents hold the clean prefix."""
     channels = model.codec.latent_channels
     h, w = latent_size
     if noise is None:
@@ -201,14 +234,23 @@ def denoise_segment(
             # level, so it trusts the prefix's layout but not its pixel-level artefacts, which a
             # chain of segments would otherwise copy and compound (docs/builtin-model.md).
             prefix = (1 - context_noise) * prefix + context_noise * latents[:, :, :n_prefix]
+        if anchor is not None:
+            if n_prefix < 2 or prefix_noise is not None:
+                raise ValueError("an anchor frame takes the place of a clean prefix's first latent frame: "
+                                 f"it needs a prefix of >= 2 latent frames held clean, got {n_prefix}")  # fmt: skip
+            prefix = torch.cat([anchor.latent.to(prefix), prefix[:, :, 1:]], dim=2)
         if prefix_noise is None:
             latents[:, :, :n_prefix] = prefix
     use_cfg = uncond is not None and guidance > 1.0
     embeds = (torch.cat([cond, uncond]) if use_cfg and uncond is not None else cond).to(model.device, model.dtype)
     pt, ph, pw = model.patch_size
     held = n_prefix if prefix_noise is None else 0  # renoise: no per-token timesteps, the prefix is noised too
+    absolute: list[float] = [time + i for i in range(latent_frames)]
+    positions: list[int] | None = None
+    if anchor is not None:
+        absolute[0], positions = anchor.time, [SINK_POSITION, *range(1, latent_frames)]
     forward = SegmentForward(model, embeds, grid=(latent_frames // pt, h // ph, w // pw), prefix_frames=held,
-                             num_steps=steps, absolute=[time + i for i in range(latent_frames)],
+                             num_steps=steps, absolute=absolute, positions=positions,
                              prefix_timestep=context_noise * 1000 if prefix is not None else 0.0)  # fmt: skip
     request = DenoiseRequest(
         latents,
@@ -225,6 +267,6 @@ def denoise_segment(
         guidance_2=guidance_2 if use_cfg else None,
     )
     out = yield from denoise(model, request)
-    if prefix is not None and context_noise > 0:
+    if prefix is not None and (context_noise > 0 or anchor is not None):
         out[:, :, :n_prefix] = clean_prefix  # the prefix is the previous segment's frames, exactly
     return out

@@ -53,6 +53,10 @@ class TrainConfig:
     # rollout left each object. 0: off (the shipped base recipe).
     rollouts: str = ""
     rollout_frac: float = 0.0
+    # Anchored continuations (rendering's `anchor_frame`): this share of the continuations on a
+    # render's clock, and of the rollout clips, see a frame of the video's first segment in place
+    # of their prefix's first latent frame (`videogen.training.data.anchored`). 0: off.
+    anchor_frac: float = 0.0
     rollout_chains: int = 24
     rollout_seconds: float = 30.0
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)

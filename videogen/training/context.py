@@ -52,7 +52,8 @@ def own_context(transformer: Any, encoder: Any, batch: Batch, cfg: TrainConfig, 
     encoder.eval()
     try:
         pred = predict_clean(transformer, encoder, noisy, level[idx].view(-1, 1).expand(-1, f), text,
-                             batch.frames[idx], cfg.causal_chunk)  # fmt: skip
+                             batch.frames[idx], cfg.causal_chunk,
+                             None if batch.positions is None else batch.positions[idx])  # fmt: skip
     finally:
         transformer.train(was[0])
         encoder.train(was[1])

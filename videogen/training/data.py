@@ -7,7 +7,9 @@ Noise levels are per latent frame:
     40%  one sigma for the whole clip (as every still image), 40% of them in [0.85, 1]
 
 so one model generates from scratch and continues from a clean prefix (the chained-segment
-handoff). 10% of captions are dropped (empty prompt) so classifier-free guidance works. Every
+handoff). With `anchor_frac`, that share of the continuations on a render's clock (P >= 2) is
+anchored: the prefix's first latent frame is replaced by a frame from the video's first segment,
+at its own time and at `SINK_POSITION` (`anchored`; rendering's `anchor_frame`). 10% of captions are dropped (empty prompt) so classifier-free guidance works. Every
 batch is a pure function of (seed, step): a resumed run sees exactly the data the uninterrupted
 run would.
 """
@@ -19,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
 from videogen.training.scenes import Scene, canonical_start, random_scene, render_scene
@@ -31,6 +34,9 @@ class Batch(NamedTuple):
     captions: list[str]
     frames: torch.Tensor  # (B, F) each latent frame's index in its video (the moving frames' clock)
     context: torch.Tensor  # (B, F) bool: a clean context frame (prefix, clean chunk): no loss
+    # (B, F) each latent frame's position in the clip (`position_channels`): 0..F-1, the anchor
+    # frame of an anchored continuation at `SINK_POSITION`; None: 0..F-1 everywhere
+    positions: torch.Tensor | None = None
 
 
 def shifted_sigma(u: torch.Tensor, shift: float) -> torch.Tensor:
@@ -109,11 +115,21 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     sigmas = torch.empty(batch, frames_lat)
     clips, captions = [], []
     frames = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1)  # (B, F)
+    positions = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1) if cfg.anchor_frac > 0 else None
+    ra = random.Random(
+        cfg.seed * 1_000_003 + step + 4_000_000_007
+    )  # anchors: the base recipe's draws stay as they were
     for b in range(batch):
         sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
         scene, start, clock_offset = _place_scene(random_scene(rng), bool(sigmas[b, 0] > 0), rng)
         frames[b] += clock_offset
-        clips.append(render_scene(scene, num_frames, cfg.size, start=start))
+        clip = render_scene(scene, num_frames, cfg.size, start=start)
+        if positions is not None and frames_lat > 2 and not cfg.causal_chunk and bool((sigmas[b, :2] == 0).all()):
+            on_clock = clock_offset == start / 4 and start >= 4  # a chained render's continuation
+            if on_clock and ra.random() < cfg.anchor_frac:
+                clip, frames[b, 0] = anchored(clip, scene, ra.randint(1, min(ANCHOR_LATEST, int(start // 4))), cfg.size)
+                positions[b, 0] = SINK_POSITION
+        clips.append(clip)
         captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
     video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
     latents = codec.encode(video)
@@ -124,4 +140,19 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
         level = cfg.context_noise * torch.rand(batch, 1, generator=gc)
         noisy = context & (torch.rand(batch, 1, generator=gc) < 0.5)
         sigmas = torch.where(noisy, level.expand_as(sigmas), sigmas)
-    return Batch(latents, sigmas, noise, captions, frames, context)
+    return Batch(latents, sigmas, noise, captions, frames, context, positions)
+
+
+# Anchors come from a shot's first segment (9 latent frames), before the frames it blends into the
+# next segment: clock 1..6 (the built-in preset's `anchor_frame` is 6).
+ANCHOR_LATEST = 6
+
+
+def anchored(clip, scene: Scene, time: int, size: int):
+    """(clip with its first frame replaced by the scene's frame at latent time `time`, that
+    time): an anchored continuation. The codec reads a clip's first latent frame as that one
+    frame, so the clip's latent frame 0 becomes the anchor, at its own place on the clock; the
+    prefix proper (latent frames 1..P-1) and the target are unchanged."""
+    out = clip.copy()
+    out[0] = render_scene(scene, 1, size, start=4 * time)[0]
+    return out, float(time)

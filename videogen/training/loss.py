@@ -24,7 +24,7 @@ from videogen.training.scenes import canonical_start, random_scene, render_scene
 def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, sigmas: torch.Tensor, noise: torch.Tensor,
                        captions: list[str], loss: str = "hybrid", causal_chunk: int = 0, v_floor: float = 0.5,
                        frames: torch.Tensor | None = None, motion_weight: float = 0.0,
-                       context: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                       context: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """x-prediction: the transformer predicts the clean latents. `loss="x0"` compares them with
     the true ones; `loss="v"` compares the velocity they imply with the true one (see
     `videogen.sampling.loop.velocity_from_sample`), i.e. the x0 error weighted by 1/sigma^2 (capped at
@@ -37,11 +37,14 @@ def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, si
     every frame step.
 
     `context` (B, F) bool: clean-context frames (a prefix, the causal variant's clean chunks),
-    which carry no loss even when noised (`TrainConfig.context_noise`); default: sigma == 0."""
+    which carry no loss even when noised (`TrainConfig.context_noise`); default: sigma == 0.
+    `positions` (B, F): the latent frames' positions in the clip (an anchor frame's is
+    `SINK_POSITION`); default 0..F-1."""
     b, c, f, h, w = latents.shape
     s = sigmas.view(b, 1, f, 1, 1)
     noisy = (1 - s) * latents + s * noise
-    x0 = predict_clean(transformer, encoder, noisy, sigmas, encoder.encode_train(captions), frames, causal_chunk)
+    text = encoder.encode_train(captions)
+    x0 = predict_clean(transformer, encoder, noisy, sigmas, text, frames, causal_chunk, positions)
     generated = ~context if context is not None else sigmas > 0
     weight = generated.float().view(b, 1, f, 1, 1)  # clean-context frames carry no loss
     # The velocity error is the x0 error / sigma (x_sigma - sigma v = x0 exactly), so the v-loss is
@@ -65,13 +68,15 @@ def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, si
 
 
 def predict_clean(transformer: Any, encoder: Any, noisy: torch.Tensor, sigmas: torch.Tensor, text: torch.Tensor,
-                  frames: torch.Tensor | None, causal_chunk: int = 0) -> torch.Tensor:  # fmt: skip
+                  frames: torch.Tensor | None, causal_chunk: int = 0,
+                  positions: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """The transformer's clean-sample prediction for `noisy` (B, C, F, h, w) at per-latent-frame
-    noise levels `sigmas` (B, F), with the built-in model's conditioning channels."""
+    noise levels `sigmas` (B, F), with the built-in model's conditioning channels (`frames`: the
+    clock, `positions`: the positions in the clip)."""
     h, w = noisy.shape[3:]
     tokens_per_frame = (h // 2) * (w // 2)
     timestep = (sigmas * 1000).repeat_interleave(tokens_per_frame, dim=1)  # (B, N) per-token timesteps
-    inputs = encoder.condition(noisy, None, text, frames)
+    inputs = encoder.condition(noisy, positions, text, frames)
     if causal_chunk:
         from videogen.sampling.forward import block_causal_forward
 

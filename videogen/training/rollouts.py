@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.sampling.health import torus_components
-from videogen.training.data import Batch, shifted_sigma
+from videogen.training.data import ANCHOR_LATEST, Batch, shifted_sigma
 from videogen.training.scenes import (
     PALETTE,
     RADIUS,
@@ -141,12 +142,15 @@ def _centroid_offset(shape: str, size: int) -> tuple[float, float]:
     return float(cx - size / 2), float(cy - size / 2)
 
 
-def rollout_clip(pool: RolloutPool, video: int, seam: int) -> tuple[np.ndarray, Scene, float]:
+def rollout_clip(pool: RolloutPool, video: int, seam: int, anchor: int = 0) -> tuple[np.ndarray, Scene, float]:
     """(frames (33, H, W, 3), scene, clock): the context segment `seam` (>= 1) of pool video
     `video` continued from, then the corrected target; the clock is that segment's first latent
-    frame's time in the video (`segment_times`)."""
+    frame's time in the video (`segment_times`). `anchor` > 0: the first frame is the video's
+    own frame at latent time `anchor` (its first segment's), as an anchored render sees it."""
     end = SEGMENT_FRAMES + NEW_FRAMES * (seam - 1)  # frames written before segment `seam`
-    context = pool.videos[video, end - PREFIX_FRAMES : end]
+    context = pool.videos[video, end - PREFIX_FRAMES : end].copy()
+    if anchor:
+        context[0] = pool.videos[video, 4 * anchor]
     scene = pool.scenes[video]
     target = corrected_scene(scene, context[-1], end - 1)
     ahead = render_scene(target, NEW_FRAMES + 1, size=context.shape[1])[1:]
@@ -155,10 +159,12 @@ def rollout_clip(pool: RolloutPool, video: int, seam: int) -> tuple[np.ndarray, 
 
 
 def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
-                 codec: PixelCodec) -> Batch:  # fmt: skip
+                 codec: PixelCodec, anchor_frac: float = 0.0) -> Batch:  # fmt: skip
     """`batch` with a `fraction` of its clips (when they are segment-long, 9 latent frames)
     replaced by rollout clips: the context (2 latent frames, clean, no loss), the corrected target
-    at one shifted-uniform sigma, the caption, the video's clock. Deterministic from (seed, step)."""
+    at one shifted-uniform sigma, the caption, the video's clock; `anchor_frac` of them anchored
+    (the context's first latent frame a frame of the video's first segment, at `SINK_POSITION`).
+    Deterministic from (seed, step)."""
     b, f = batch.sigmas.shape
     if pool is None or fraction <= 0 or f != SEGMENT_FRAMES // 4 + 1 or pool.seams < 1:
         return batch
@@ -169,8 +175,13 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
         return batch
     latents, sigmas = batch.latents.clone(), batch.sigmas.clone()
     frames, context, captions = batch.frames.clone(), batch.context.clone(), list(batch.captions)
+    positions = batch.positions
+    if anchor_frac > 0:
+        positions = torch.arange(f, dtype=torch.float64).repeat(b, 1) if positions is None else positions.clone()
     for i in picks:
-        clip, scene, clock = rollout_clip(pool, rng.randrange(len(pool.videos)), rng.randint(1, pool.seams))
+        video, seam = rng.randrange(len(pool.videos)), rng.randint(1, pool.seams)
+        anchor = rng.randint(1, ANCHOR_LATEST) if anchor_frac > 0 and rng.random() < anchor_frac else 0
+        clip, scene, clock = rollout_clip(pool, video, seam, anchor)
         latents[i] = codec.encode(uint8_to_video(clip))[0]
         sigma = shifted_sigma(torch.rand(1, generator=g), shift)
         sigmas[i] = sigma.expand(f).clone()
@@ -178,5 +189,10 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
         context[i] = False
         context[i, :PREFIX_LATENT] = True
         frames[i] = clock + torch.arange(f, dtype=frames.dtype)
+        if positions is not None:
+            positions[i] = torch.arange(f, dtype=positions.dtype)
+            if anchor:
+                frames[i, 0], positions[i, 0] = float(anchor), SINK_POSITION
         captions[i] = scene.caption()
-    return batch._replace(latents=latents, sigmas=sigmas, frames=frames, context=context, captions=captions)
+    return batch._replace(latents=latents, sigmas=sigmas, frames=frames, context=context, captions=captions,
+                          positions=positions)  # fmt: skip

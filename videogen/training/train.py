@@ -118,7 +118,7 @@ def train_builtin(
             log(f"time budget {cfg.minutes:g} min: {total} steps at {rate:.2f} steps/s (the same run: --steps {total})")
         t_step = time.perf_counter()
         batch = own_context(transformer, encoder, make_batch(cfg, step, codec), cfg, step)
-        batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec)
+        batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec, cfg.anchor_frac)
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total)
         try:
@@ -191,7 +191,8 @@ def _update_ema(ema: dict[str, torch.Tensor], transformer: torch.nn.Module, enco
 def _backward(transformer: Any, encoder: Any, opt: Any, batch: Batch, cfg: TrainConfig) -> torch.Tensor:
     """The loss of `batch`, its gradients computed (not yet applied)."""
     loss = flow_matching_loss(transformer, encoder, batch.latents, batch.sigmas, batch.noise, batch.captions, cfg.loss,
-                              cfg.causal_chunk, cfg.v_floor, batch.frames, cfg.motion_weight, batch.context)  # fmt: skip
+                              cfg.causal_chunk, cfg.v_floor, batch.frames, cfg.motion_weight, batch.context,
+                              batch.positions)  # fmt: skip
     opt.zero_grad(set_to_none=True)
     loss.backward()
     return loss
