@@ -95,6 +95,49 @@ def test_a_split_or_doubled_object_fails_copies_and_a_lost_one_too():
     assert "copies" not in _judge(b, a).failed and "copies" in _judge(lost, a).failed
 
 
+def test_a_colour_lost_while_the_other_object_smears_fails_colours_where_mass_and_copies_do_not():
+    two = "a cyan circle moving down and a white triangle moving left on a green background"
+    a, b = _scene(two, 0), _scene(two, 28)
+    assert _judge(b, a).passed
+    background = np.median(b[PREFIX:, 0], axis=(0, 1)).astype(np.uint8)
+    white = (b[PREFIX:] > 200).all(-1, keepdims=True)
+    cyan_colour = b[PREFIX:][(np.abs(b[PREFIX:].astype(int) - [40, 210, 220]).max(-1) < 60)][0]
+    # The white triangle goes and the cyan circle smears into a band as wide as both were: the
+    # foreground keeps its mass and one copy of each colour shows, but white is gone.
+    smeared = b.copy()
+    smeared[PREFIX:] = np.where(white, background, b[PREFIX:])
+    cyan = (np.abs(smeared[PREFIX:].astype(int) - cyan_colour).max(-1) < 60).any(0).any(0)  # (W,) its columns
+    lo = int(np.nonzero(cyan)[0].min())
+    smeared[PREFIX:, :, lo : lo + 2 * int(cyan.sum())] = cyan_colour
+    verdict = _judge(smeared, a)
+    assert "colours" in verdict.failed and "copies" not in verdict.failed, verdict.details
+    # Two objects merged into one colour: the white triangle painted cyan.
+    merged = b.copy()
+    merged[PREFIX:] = np.where(white, cyan_colour, b[PREFIX:])
+    assert "colours" in _judge(merged, a).failed
+    # Judged against the previous segment: a colour already gone there is no reason to retry.
+    assert "colours" not in _judge(smeared, smeared).failed
+    # A brief loss (2 of 28 frames) is within the share allowed.
+    brief = b.copy()
+    brief[PREFIX : PREFIX + 2] = merged[PREFIX : PREFIX + 2]
+    assert "colours" not in _judge(brief, a).failed
+
+
+def test_the_palette_is_the_flat_colours_and_survives_a_checkpoint():
+    from videogen.sampling.health import SegmentStats, colour_palette
+
+    two = "a cyan circle moving down and a white triangle moving left on a green background"
+    frames = _scene(two, 0)
+    palette = colour_palette(frames, CONFIG.foreground_distance, CONFIG.object_area)
+    assert len(palette) == 2
+    colours = sorted(tuple(round(c / 10) for c in entry[:3]) for entry in palette)
+    whites = [c for c in colours if min(c) >= 22]
+    assert len(whites) == 1 and all(0.05 < entry[3] < 0.3 for entry in palette)  # each object's share of the frame
+    stats = segment_stats(frames, CONFIG)
+    assert stats.palette == palette
+    assert SegmentStats.from_dict(stats.to_dict()) == stats
+
+
 def test_an_object_wrapping_round_the_frame_edge_counts_once():
     frames = _scene("a blue square staying still on a black background", 0)
     body = np.abs(frames[0].astype(int)).max(-1) > 60

@@ -17,7 +17,7 @@ from videogen.errors import ModelLoadError
 
 ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
 # The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
-HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies")
+HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours")
 MAX_RETRIES = 10
 # How a continuing segment (or an image-to-video start) sees its latent prefix
 # (`videogen.sampling.loop.denoise_segment`; docs/architecture.md, "Continuation in latent space"):
@@ -64,6 +64,7 @@ class HealthConfig:
     copies_fraction: float = 0.1  # copies: more than this share of new frames shows more copies of a colour than the
     object_area: float = 0.01  # anchor (components of at least this share of the frame), or foreground below
     lost_share: float = 0.75  # this share of the anchor's (an object lost)
+    lost_colour: float = 0.25  # colours: a colour below this share of its share in the previous segment is gone
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.checks if c not in HEALTH_CHECKS]

@@ -25,6 +25,13 @@ its shot and the shot's anchor (first) segment:
   share of the new frames: an object split in two, doubled at a seam, or lost. It suits scenes of
   a few distinct objects on a plain background (the built-in model's); real footage's foreground
   is not a countable set of blobs, so the Wan presets leave it off.
+* `colours`: a foreground colour the previous segment showed (`colour_palette`: its flat colours
+  of at least an object's share of the frame) all but vanishes from a share of the new frames:
+  one of two objects lost while the other smears over the frame, or two objects merged into one
+  colour, which the foreground mass and the copy count do not see. Judged against the previous
+  segment, not the anchor: a colour already lost before this seam is no reason to re-sample (no
+  attempt brings it back from a prefix without it), the seam where it goes is. Like `copies`, it
+  is for flat scenes; the Wan presets leave it off.
 """
 
 from __future__ import annotations
@@ -76,6 +83,17 @@ def torus_components(mask: np.ndarray) -> np.ndarray:
     return labels
 
 
+_PALETTE_SIZE = 4  # at most this many foreground colours are followed
+
+
+def _foreground_pixels(frames: np.ndarray, distance: float) -> tuple[np.ndarray, np.ndarray]:
+    """((T, H, W, 3) int16 frames, (T, H, W) bool foreground: farther than `distance` from the
+    border's median colour)."""
+    f = frames.astype(np.int16)
+    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
+    return f, np.abs(f - np.median(border, axis=1)[:, None, None, :]).max(-1) > distance
+
+
 def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side: int = 128) -> np.ndarray:
     """(T,) the most separate copies of one colour each frame `(T, H, W, 3)` uint8 shows. The
     foreground is the pixels farther than `distance` (max channel) from the border's median
@@ -85,9 +103,7 @@ def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side
     or apart, are one copy each; pieces within two pixels of each other are one component. Frames are subsampled to at most `max_side` pixels a side first
     (the labelling takes about an object's diameter of passes)."""
     step = max(1, -(-max(frames.shape[1:3]) // max_side))
-    f = frames[:, ::step, ::step].astype(np.int16)  # (T, H, W, 3)
-    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
-    mask = np.abs(f - np.median(border, axis=1)[:, None, None, :]).max(-1) > distance  # (T, H, W)
+    f, mask = _foreground_pixels(frames[:, ::step, ::step], distance)  # (T, H, W, 3), (T, H, W)
     # Pieces a pixel or two apart are one object with a ragged edge (a notch, or a wrapped edge
     # that missed the last column): label the mask grown by one pixel, count the mask's own pixels.
     grown = mask | np.roll(mask, 1, 1) | np.roll(mask, -1, 1)
@@ -106,6 +122,39 @@ def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side
     return counts
 
 
+def colour_shares(frames: np.ndarray, palette: np.ndarray, distance: float) -> np.ndarray:
+    """(T, K): the share of each frame's pixels that are foreground and within `distance` (max
+    channel) of each of the K `palette` colours (K, 3)."""
+    f, fg = _foreground_pixels(frames, distance)
+    near = np.abs(f[:, :, :, None, :] - palette[None, None, None, :, :3]).max(-1) <= distance  # (T, H, W, K)
+    return (near & fg[..., None]).mean((1, 2))
+
+
+def colour_palette(
+    frames: np.ndarray, distance: float, min_share: float
+) -> tuple[tuple[float, float, float, float], ...]:
+    """The flat foreground colours of `frames` (T, H, W, 3) uint8, most common first: (r, g, b,
+    median share of a frame's pixels within `distance` of it), each held by at least `min_share` of
+    the frame in most frames. Greedy: the commonest coarse colour among the foreground pixels not
+    yet taken, refined to the median of the pixels near it; ragged edges' blends are too few to
+    make an entry."""
+    f, fg = _foreground_pixels(frames, distance)
+    pixels = f[fg]  # (N, 3)
+    out: list[tuple[float, float, float, float]] = []
+    while len(pixels) and len(out) < _PALETTE_SIZE:
+        q = pixels // 32
+        codes, counts = np.unique((q[:, 0] * 8 + q[:, 1]) * 8 + q[:, 2], return_counts=True)
+        code = int(codes[counts.argmax()])
+        seed = np.array([code // 64, (code // 8) % 8, code % 8]) * 32 + 16
+        centre = np.median(pixels[np.abs(pixels - seed).max(-1) <= distance], axis=0)
+        share = float(np.median(colour_shares(frames, centre[None], distance)[:, 0]))
+        if share < min_share:
+            break
+        out.append((float(centre[0]), float(centre[1]), float(centre[2]), share))
+        pixels = pixels[np.abs(pixels - centre).max(-1) > distance]
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class SegmentStats:
     """What later segments of a shot are compared with (plain floats: it is checkpointed)."""
@@ -114,15 +163,17 @@ class SegmentStats:
     foreground: float  # low (20th) percentile of the per-frame foreground share
     histogram: tuple[float, ...]  # mean colour histogram of the new frames, gain-normalised (sums to 1)
     copies: float = -1.0  # median `colour_copies` of the new frames (-1: not counted)
+    palette: tuple[tuple[float, float, float, float], ...] = ()  # `colour_palette` (empty: not taken)
 
     def to_dict(self) -> dict:
         return {"motion": self.motion, "foreground": self.foreground, "histogram": list(self.histogram),
-                "copies": self.copies}  # fmt: skip
+                "copies": self.copies, "palette": [list(c) for c in self.palette]}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> SegmentStats:
+        palette = tuple((float(r), float(g), float(b), float(a)) for r, g, b, a in d.get("palette", ()))
         return cls(float(d["motion"]), float(d["foreground"]), tuple(float(x) for x in d["histogram"]),
-                   float(d.get("copies", -1.0)))  # fmt: skip
+                   float(d.get("copies", -1.0)), palette)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -163,10 +214,7 @@ def _tv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def foreground_share(frames: np.ndarray, distance: float) -> np.ndarray:
     """(T,) share of each frame's pixels farther than `distance` (max channel) from the dominant
     border colour, the background estimate (the border's median colour)."""
-    f = frames.astype(np.int16)
-    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
-    background = np.median(border, axis=1)[:, None, None, :]
-    return (np.abs(f - background).max(-1) > distance).mean((1, 2))
+    return _foreground_pixels(frames, distance)[1].mean((1, 2))
 
 
 def segment_stats(frames: np.ndarray, config: HealthConfig, copies: np.ndarray | None = None) -> SegmentStats:
@@ -186,9 +234,11 @@ def _stats_and_foreground(frames: np.ndarray, config: HealthConfig,
     # histogram is taken of each frame scaled to a common mean brightness.
     gain = 128.0 / np.maximum(frames.reshape(len(frames), -1).mean(1), 1.0)
     levelled = np.clip(frames * gain[:, None, None, None], 0, 255).astype(np.uint8)
+    palette = (colour_palette(frames, config.foreground_distance, config.object_area)
+               if "colours" in config.checks else ())  # fmt: skip
     stats = SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
                          tuple(histograms(levelled).mean(0).tolist()),
-                         -1.0 if copies is None else float(np.median(copies)))  # fmt: skip
+                         -1.0 if copies is None else float(np.median(copies)), palette)  # fmt: skip
     return stats, fg
 
 
@@ -219,6 +269,12 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
         lost = foreground < config.lost_share * reference.foreground
         wrong = (counts > round(reference.copies)) | lost
         ratios["copies"] = float(wrong.mean()) / config.copies_fraction
+    if "colours" in config.checks and previous is not None and previous.palette:
+        # A colour of the previous segment all but gone (below `lost_colour` of its share there).
+        palette = np.asarray(previous.palette)  # (K, 4)
+        shares = colour_shares(new, palette[:, :3], config.foreground_distance)  # (T, K)
+        gone = (shares < config.lost_colour * palette[None, :, 3]).any(1)
+        ratios["colours"] = float(gone.mean()) / config.copies_fraction
     failed = tuple(c for c in config.checks if ratios.get(c, 0.0) > 1.0)
     return Verdict(failed, float(sum(ratios[c] - 1.0 for c in failed)), stats, ratios)
 
