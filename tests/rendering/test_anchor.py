@@ -152,8 +152,11 @@ def test_an_extension_keeps_its_sources_anchor_under_the_same_prompt_and_starts_
         assert not torch.equal(s[0], source["latent"][:, :, 0])
 
 
-def test_a_preset_without_an_anchor_frame_renders_as_before(builtin_model, anchored, tmp_path):
-    assert builtin_model.preset.anchor_frame is None
+def test_the_builtin_preset_is_anchored_and_a_preset_without_an_anchor_frame_renders_as_before(
+    builtin_model, anchored, tmp_path, monkeypatch
+):
+    assert builtin_model.preset.anchor_frame == 6  # the shipped weights were trained on it
+    monkeypatch.setattr(builtin_model, "preset", dataclasses.replace(builtin_model.preset, anchor_frame=None))
     spec = RenderSpec.single(PROMPT, 3.0, **COMMON)
     _run(spec, tmp_path / "plain.mp4", builtin_model, thumbnail=False, tail=tmp_path / "plain.tail")
     assert torch.load(tmp_path / "plain.tail", weights_only=False)["anchor"] is None

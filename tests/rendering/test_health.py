@@ -256,7 +256,9 @@ def _plant(monkeypatch, model, kind: str, segment: int = 1):
 
 
 def _render(model, path, **kw):
-    spec = RenderSpec.single(PROMPT, 3.0, seed=2, steps=4, **kw)
+    # A seed whose first retry of segment 1 passes every check on the shipped weights (the retry is
+    # the model's own output: at 4 steps some seeds' retries double the object themselves).
+    spec = RenderSpec.single(PROMPT, 3.0, seed=4, steps=4, **kw)
     events = [e for e in render(spec, path, model=model, thumbnail=False) if not isinstance(e, StepProgress)]
     return events, path.read_bytes()
 

@@ -3,6 +3,8 @@ scene redrawn clean from where the rollout left each object."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 
 import numpy as np
@@ -159,3 +161,25 @@ def test_rollout_clips_are_anchored_on_their_videos_own_first_segment():
     clip, _, _ = rollout_clip(pool, 0, 2, anchor=3)
     plain, _, _ = rollout_clip(pool, 0, 2)
     assert np.array_equal(clip[0], video[12]) and np.array_equal(clip[1:], plain[1:])
+
+
+@pytest.mark.parametrize("rollout_anchor,expected", [(None, "preset"), (0, None), (4, 4)])
+def test_a_new_pool_is_rendered_with_the_anchor_asked_for(tmp_path, monkeypatch, rollout_anchor, expected):
+    """A pool is the weights' own output as rendering makes it: by default with the builtin
+    preset's anchor frame; `rollout_anchor` 0 renders without (weights never trained on anchors)."""
+    import videogen.training.train as train_module
+    from videogen.config.presets import get_preset
+
+    seen = {}
+
+    def record(model, path, chains, seconds, seed):
+        seen["anchor"] = model.preset.anchor_frame
+        pool, _ = _pool(CAPTIONS[0])
+        np.savez_compressed(path, videos=pool.videos, scenes=json.dumps([dataclasses.asdict(s) for s in pool.scenes]))
+        return path
+
+    monkeypatch.setattr(train_module, "make_pool", record)
+    cfg = TrainConfig(rollouts=str(tmp_path / "pool.npz"), rollout_frac=0.5, rollout_anchor=rollout_anchor)
+    pool = train_module._rollout_pool(cfg, lambda _m: None)
+    assert pool is not None and pool.seams == 4
+    assert seen["anchor"] == (get_preset("builtin").anchor_frame if expected == "preset" else expected)

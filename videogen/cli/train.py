@@ -84,6 +84,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="share of continuations (and rollout clips) anchored on a frame of the video's first segment",
     )
     t.add_argument("--rollout-chains", dest="rollout_chains", type=int, help="videos in a new pool (default 24)")
+    t.add_argument(
+        "--rollout-anchor",
+        dest="rollout_anchor",
+        type=int,
+        help="the anchor frame a new pool is rendered with (default: the builtin preset's; 0: none)",
+    )
     t.add_argument("--rollout-seconds", dest="rollout_seconds", type=float, help="their length (default 30)")
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
@@ -123,6 +129,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-frac", args.rollout_frac, "needs --rollouts FILE")
     if args.anchor_frac is not None and not 0 <= args.anchor_frac <= 1:
         raise InvalidOption("--anchor-frac", args.anchor_frac, "must be in [0, 1]")
+    if args.rollout_anchor is not None and not 0 <= args.rollout_anchor <= 8:
+        raise InvalidOption("--rollout-anchor", args.rollout_anchor, "must be in 0..8 (0: none)")
     if args.rollout_chains is not None and args.rollout_chains < 1:
         raise InvalidOption("--rollout-chains", args.rollout_chains, "must be >= 1")
     if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:

@@ -59,6 +59,10 @@ class TrainConfig:
     anchor_frac: float = 0.0
     rollout_chains: int = 24
     rollout_seconds: float = 30.0
+    # The anchor frame a new pool is rendered with (a pool is the `init` weights' own output as
+    # rendering makes it): None, the `builtin` preset's `anchor_frame`; 0, none (weights never
+    # trained with anchors, e.g. the base recipe's).
+    rollout_anchor: int | None = None
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at

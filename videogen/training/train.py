@@ -14,6 +14,7 @@ weights.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -65,6 +66,8 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
         model = load_model("builtin", device="cpu", dtype="float32", attention="dense")
         if cfg.init:  # the pool is the weights being fine-tuned's own output
             load_weights(model.transformer, model.prompt_encoder, cfg.init)
+        if cfg.rollout_anchor is not None:  # ... rendered as those weights are rendered
+            model.preset = dataclasses.replace(model.preset, anchor_frame=cfg.rollout_anchor or None)
         make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed)
     pool = RolloutPool.load(path)
     log(
