@@ -66,23 +66,18 @@ def test_a_scheduler_config_without_a_shift_leaves_the_schedulers_own(tiny_wan21
 
 
 def test_a_preset_that_writes_flow_shift_overrides_its_folder_and_one_that_does_not_takes_the_folders(
-    tiny_wan21, tmp_path, monkeypatch
+    tiny_wan21, tmp_path, presets_file
 ):
     folder = config_copy(tiny_wan21, tmp_path / "unipc5", scheduler={"flow_shift": 5.0})
     common = "kind: diffusers\n    size: 32x32\n    fps: 16\n    steps: 2\n    guidance: 5.0\n" \
              "    segment_seconds: 5.0\n    overlap_frames: 5\n"  # fmt: skip
-    (tmp_path / "models.yaml").write_text(
+    presets_file(
         f"presets:\n  written:\n    {common}    path: {folder}\n    flow_shift: 3.0\n"
         f"  unwritten:\n    {common}    path: {folder}\n"
     )
-    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
-    presets._load.cache_clear()
-    try:
-        assert settings("written").flow_shift == 3.0
-        assert settings("unwritten").flow_shift == 5.0
-        assert settings("written", flow_shift=8.0).flow_shift == 8.0
-    finally:
-        presets._load.cache_clear()
+    assert settings("written").flow_shift == 3.0
+    assert settings("unwritten").flow_shift == 5.0
+    assert settings("written", flow_shift=8.0).flow_shift == 8.0
 
 
 def test_guidance_2_defaults_to_guidance_on_a_two_expert_folder(two_experts):
@@ -91,34 +86,24 @@ def test_guidance_2_defaults_to_guidance_on_a_two_expert_folder(two_experts):
     assert settings(str(two_experts), guidance=4.0, guidance_2=3.0).guidance_2 == 3.0
 
 
-def test_a_presets_guidance_2_applies_to_its_two_expert_folder(two_experts, tmp_path, monkeypatch):
-    (tmp_path / "models.yaml").write_text(
+def test_a_presets_guidance_2_applies_to_its_two_expert_folder(two_experts, presets_file):
+    presets_file(
         f"presets:\n  a14b:\n    kind: diffusers\n    path: {two_experts}\n    size: 32x32\n    fps: 16\n"
         "    steps: 2\n    guidance: 4.0\n    guidance_2: 3.0\n    segment_seconds: 5.0\n    overlap_frames: 5\n"
     )
-    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
-    presets._load.cache_clear()
-    try:
-        assert (settings("a14b").guidance, settings("a14b").guidance_2) == (4.0, 3.0)
-        assert settings("a14b", guidance_2=2.5).guidance_2 == 2.5
-    finally:
-        presets._load.cache_clear()
+    assert (settings("a14b").guidance, settings("a14b").guidance_2) == (4.0, 3.0)
+    assert settings("a14b", guidance_2=2.5).guidance_2 == 2.5
 
 
-def test_a_presets_guidance_2_out_of_range_is_refused_at_load(tmp_path, monkeypatch):
+def test_a_presets_guidance_2_out_of_range_is_refused_at_load(presets_file):
     from videogen.errors import ModelLoadError
 
-    (tmp_path / "models.yaml").write_text(
+    presets_file(
         "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 4.0\n"
         "    guidance_2: 80\n    segment_seconds: 2.0\n    overlap_frames: 5\n"
     )
-    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
-    presets._load.cache_clear()
-    try:
-        with pytest.raises(ModelLoadError, match="guidance_2 must be in"):
-            presets.load_presets()
-    finally:
-        presets._load.cache_clear()
+    with pytest.raises(ModelLoadError, match="guidance_2 must be in"):
+        presets.load_presets()
 
 
 @pytest.mark.parametrize("model", ["builtin", "tiny_wan21"])

@@ -41,18 +41,13 @@ def test_cli_options_map_to_the_spec():
         assert info.value.option == option
 
 
-def test_a_bad_health_block_in_the_presets_file_is_named(tmp_path, monkeypatch):
-    from videogen.config import presets
-
-    (tmp_path / "models.yaml").write_text(
+def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
+    presets_file(
         "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
         "    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      checks: [black, blurry]\n"
     )
-    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
-    presets._load.cache_clear()
     with pytest.raises(ModelLoadError, match="blurry"):
         load_presets()
-    presets._load.cache_clear()
 
 
 def test_api_fields_reach_the_spec_and_bad_ones_name_the_field():

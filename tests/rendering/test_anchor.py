@@ -178,21 +178,14 @@ def test_the_builtin_preset_is_anchored_and_a_preset_without_an_anchor_frame_ren
         ("    kind: diffusers\n    path: /nowhere\n    anchor_frame: 6\n", "needs a model trained with anchors"),
     ],
 )
-def test_a_presets_anchor_frame_is_checked_at_load(tmp_path, monkeypatch, block, error):
-    from videogen.config import presets
+def test_a_presets_anchor_frame_is_checked_at_load(presets_file, block, error):
+    from videogen.config.presets import load_presets
     from videogen.errors import ModelLoadError
 
-    (tmp_path / "models.yaml").write_text(
-        f"presets:\n  m:\n{block}    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 3.0\n"
-        "    segment_seconds: 2.0\n    overlap_frames: 5\n"
-    )
-    monkeypatch.setenv("VIDEOGEN_CONFIG_DIR", str(tmp_path))
-    presets._load.cache_clear()
-    try:
-        if error is None:
-            assert presets.load_presets()["m"].anchor_frame == 6
-        else:
-            with pytest.raises(ModelLoadError, match=error):
-                presets.load_presets()
-    finally:
-        presets._load.cache_clear()
+    presets_file(f"presets:\n  m:\n{block}    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 3.0\n"
+                 "    segment_seconds: 2.0\n    overlap_frames: 5\n")  # fmt: skip
+    if error is None:
+        assert load_presets()["m"].anchor_frame == 6
+    else:
+        with pytest.raises(ModelLoadError, match=error):
+            load_presets()
