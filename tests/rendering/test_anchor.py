@@ -105,8 +105,9 @@ def test_an_anchored_denoise_holds_the_clean_prefix_and_differs_from_the_plain_o
     assert torch.equal(out[:, :, :2], prefix)  # the prefix handed back is the previous segment's, exactly
     assert torch.equal(out, again)  # deterministic
     assert (out[:, :, 2:] - plain[:, :, 2:]).abs().mean() > 1e-3  # the anchor reaches the new frames
-    with pytest.raises(ValueError, match="prefix of >= 2 latent frames"):
-        run_to_end(denoise_segment(model, **{**kw, "prefix": prefix[:, :, :1]}, anchor=anchor))
+    for bad in ({"prefix": prefix[:, :, :1]}, {"prefix": None}, {"continuation": "renoise"}):
+        with pytest.raises(ValueError, match="prefix of >= 2 latent frames"):
+            run_to_end(denoise_segment(model, **{**kw, **bad}, anchor=anchor))
     noise = segment_noise((1, 192, 5, 16, 16), 1, 1)
     assert not torch.equal(noise[:, :, :1], anchor.latent)
 

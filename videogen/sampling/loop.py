@@ -218,6 +218,9 @@ def denoise_segment(
         noise = segment_noise((1, channels, latent_frames, h, w), seed, segment)
     latents = noise.to(model.device)
     n_prefix = 0 if prefix is None else prefix.shape[2]
+    if anchor is not None and (n_prefix < 2 or continuation == "renoise"):
+        raise ValueError("an anchor frame takes the place of a clean prefix's first latent frame: "
+                         f"it needs a prefix of >= 2 latent frames held clean, got {n_prefix} ({continuation})")  # fmt: skip
     prefix_noise = None
     if prefix is not None:
         if prefix.shape[1] != channels or tuple(prefix.shape[3:]) != (h, w) or n_prefix >= latent_frames:
@@ -235,9 +238,6 @@ def denoise_segment(
             # chain of segments would otherwise copy and compound (docs/builtin-model.md).
             prefix = (1 - context_noise) * prefix + context_noise * latents[:, :, :n_prefix]
         if anchor is not None:
-            if n_prefix < 2 or prefix_noise is not None:
-                raise ValueError("an anchor frame takes the place of a clean prefix's first latent frame: "
-                                 f"it needs a prefix of >= 2 latent frames held clean, got {n_prefix}")  # fmt: skip
             prefix = torch.cat([anchor.latent.to(prefix), prefix[:, :, 1:]], dim=2)
         if prefix_noise is None:
             latents[:, :, :n_prefix] = prefix
