@@ -22,7 +22,7 @@ from videogen.errors import ModelLoadError
 # The position in the clip (the built-in model's t channel reads it / 8: -1, a value no clip
 # position takes) of an anchor frame: a frame of the shot's first segment that a continuing segment
 # sees in place of its prefix's first latent frame (a preset's `anchor_frame`;
-# `videogen.sampling.loop.denoise_segment`, `sink=`).
+# `videogen.sampling.loop.denoise_segment`, `anchor=`).
 SINK_POSITION = -8
 
 

@@ -64,7 +64,7 @@ TRANSFORMER_CONFIG = dict(
 )
 
 
-def position_channels(latents: torch.Tensor, frames=None) -> torch.Tensor:
+def position_channels(latents: torch.Tensor, frames: list[int] | torch.Tensor | None = None) -> torch.Tensor:
     """(B, 3, F, h, w): each latent cell's x and y in [-1, 1] and its latent frame's index in the
     clip (/ 8; `frames` gives them: a list, or (B, F) per sample; default 0..F-1; an anchor frame,
     a clean frame of the shot's first segment at its own time, sits at `SINK_POSITION`: the object's
@@ -186,7 +186,8 @@ class BuiltinPromptEncoder(VocabPromptEncoder):
         super().__init__(VOCAB, TEXT_DIM)
         self.layout = MotionLayout(TEXT_DIM)
 
-    def condition(self, latents: torch.Tensor, frames=None, embeds: torch.Tensor | None = None,
+    def condition(self, latents: torch.Tensor, frames: list[int] | torch.Tensor | None = None,
+                  embeds: torch.Tensor | None = None,
                   absolute=None) -> torch.Tensor:  # fmt: skip
         """The transformer's input: latents + position channels (at `frames`, a list or (B, F))
         + the caption's moving frames (at `absolute` frame indices, default `frames`)."""

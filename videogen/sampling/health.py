@@ -125,7 +125,11 @@ def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side
 def colour_shares(frames: np.ndarray, palette: np.ndarray, distance: float) -> np.ndarray:
     """(T, K): the share of each frame's pixels that are foreground and within `distance` (max
     channel) of each of the K `palette` colours (K, 3)."""
-    f, fg = _foreground_pixels(frames, distance)
+    return _shares(*_foreground_pixels(frames, distance), palette, distance)
+
+
+def _shares(f: np.ndarray, fg: np.ndarray, palette: np.ndarray, distance: float) -> np.ndarray:
+    """`colour_shares` of frames already split by `_foreground_pixels` into (`f`, `fg`)."""
     near = np.abs(f[:, :, :, None, :] - palette[None, None, None, :, :3]).max(-1) <= distance  # (T, H, W, K)
     return (near & fg[..., None]).mean((1, 2))
 
@@ -147,7 +151,7 @@ def colour_palette(
         code = int(codes[counts.argmax()])
         seed = np.array([code // 64, (code // 8) % 8, code % 8]) * 32 + 16
         centre = np.median(pixels[np.abs(pixels - seed).max(-1) <= distance], axis=0)
-        share = float(np.median(colour_shares(frames, centre[None], distance)[:, 0]))
+        share = float(np.median(_shares(f, fg, centre[None], distance)[:, 0]))  # the split made once above
         if share < min_share:
             break
         out.append((float(centre[0]), float(centre[1]), float(centre[2]), share))

@@ -116,9 +116,8 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     clips, captions = [], []
     frames = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1)  # (B, F)
     positions = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1) if cfg.anchor_frac > 0 else None
-    ra = random.Random(
-        cfg.seed * 1_000_003 + step + 4_000_000_007
-    )  # anchors: the base recipe's draws stay as they were
+    # anchors draw from their own stream: the base recipe's draws stay as they were
+    ra = random.Random(cfg.seed * 1_000_003 + step + 4_000_000_007)
     for b in range(batch):
         sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
         scene, start, clock_offset = _place_scene(random_scene(rng), bool(sigmas[b, 0] > 0), rng)
