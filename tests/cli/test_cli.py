@@ -114,6 +114,7 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-seconds", "1"], "--rollout-seconds=1.0"),
         (["--anchor-frac", "-0.1"], "--anchor-frac=-0.1"),
         (["--rollout-anchor", "9"], "--rollout-anchor=9"),
+        (["--rollout-two-objects", "1.2"], "--rollout-two-objects=1.2"),
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):

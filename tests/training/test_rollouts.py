@@ -15,8 +15,24 @@ from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
 from videogen.training.data import ANCHOR_LATEST, make_batch
-from videogen.training.rollouts import NEW_FRAMES, SEGMENT_FRAMES, RolloutPool, make_pool, mix_rollouts, rollout_clip
-from videogen.training.scenes import canonical_start, colour_mask, parse_caption, render_scene, track_colour
+from videogen.training.rollouts import (
+    NEW_FRAMES,
+    SEGMENT_FRAMES,
+    RolloutPool,
+    make_pool,
+    mix_rollouts,
+    pool_scene,
+    rollout_clip,
+)
+from videogen.training.scenes import (
+    HELD_OUT,
+    canonical_start,
+    colour_mask,
+    parse_caption,
+    random_scene,
+    render_scene,
+    track_colour,
+)
 
 CAPTIONS = ("a red triangle bouncing on a gray background", "a blue square moving left on a black background",
             "a cyan triangle moving up and a white circle staying still on a green background")  # fmt: skip
@@ -166,20 +182,37 @@ def test_rollout_clips_are_anchored_on_their_videos_own_first_segment():
 @pytest.mark.parametrize("rollout_anchor,expected", [(None, "preset"), (0, None), (4, 4)])
 def test_a_new_pool_is_rendered_with_the_anchor_asked_for(tmp_path, monkeypatch, rollout_anchor, expected):
     """A pool is the weights' own output as rendering makes it: by default with the builtin
-    preset's anchor frame; `rollout_anchor` 0 renders without (weights never trained on anchors)."""
+    preset's anchor frame; `rollout_anchor` 0 renders without (weights never trained on anchors).
+    The two-object share asked for reaches the pool."""
     import videogen.training.train as train_module
     from videogen.config.presets import get_preset
 
     seen = {}
 
-    def record(model, path, chains, seconds, seed):
-        seen["anchor"] = model.preset.anchor_frame
+    def record(model, path, chains, seconds, seed, two_objects):
+        seen["anchor"], seen["two_objects"] = model.preset.anchor_frame, two_objects
         pool, _ = _pool(CAPTIONS[0])
         np.savez_compressed(path, videos=pool.videos, scenes=json.dumps([dataclasses.asdict(s) for s in pool.scenes]))
         return path
 
     monkeypatch.setattr(train_module, "make_pool", record)
-    cfg = TrainConfig(rollouts=str(tmp_path / "pool.npz"), rollout_frac=0.5, rollout_anchor=rollout_anchor)
+    cfg = TrainConfig(rollouts=str(tmp_path / "pool.npz"), rollout_frac=0.5, rollout_anchor=rollout_anchor,
+                      rollout_two_objects=0.6)  # fmt: skip
     pool = train_module._rollout_pool(cfg, lambda _m: None)
     assert pool is not None and pool.seams == 4
     assert seen["anchor"] == (get_preset("builtin").anchor_frame if expected == "preset" else expected)
+    assert seen["two_objects"] == 0.6
+
+
+def test_a_pool_weighted_to_two_objects_draws_that_share_of_two_object_captions():
+    """`two_objects` sets the share of two-object captions (the training mix has ~30%); every
+    caption stays a training one (no held-out colour/shape pair); None keeps `random_scene`'s draws."""
+    rng = random.Random(0)
+    scenes = [pool_scene(rng, 0.6) for _ in range(2000)]
+    share = np.mean([len(s.objects) == 2 for s in scenes])
+    assert 0.57 < share < 0.63, share
+    assert not any((o.colour, o.shape) in HELD_OUT for s in scenes for o in s.objects)
+    assert all(len(pool_scene(rng, 0.0).objects) == 1 for _ in range(200))
+    assert all(len(pool_scene(rng, 1.0).objects) == 2 for _ in range(200))
+    a, b = random.Random(3), random.Random(3)
+    assert [pool_scene(a) for _ in range(50)] == [random_scene(b) for _ in range(50)]

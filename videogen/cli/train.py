@@ -91,6 +91,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="the anchor frame a new pool is rendered with (default: the builtin preset's; 0: none)",
     )
     t.add_argument("--rollout-seconds", dest="rollout_seconds", type=float, help="their length (default 30)")
+    t.add_argument(
+        "--rollout-two-objects",
+        dest="rollout_two_objects",
+        type=float,
+        help="share of a new pool's captions with two objects (default: the training mix's, ~0.3)",
+    )
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument("--workdir", default="train-builtin", help="checkpoints; an interrupted run resumes from here")
     t.add_argument(
@@ -133,6 +139,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-anchor", args.rollout_anchor, "must be in 0..8 (0: none)")
     if args.rollout_chains is not None and args.rollout_chains < 1:
         raise InvalidOption("--rollout-chains", args.rollout_chains, "must be >= 1")
+    if args.rollout_two_objects is not None and not 0 <= args.rollout_two_objects <= 1:
+        raise InvalidOption("--rollout-two-objects", args.rollout_two_objects, "must be in [0, 1]")
     if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:
         raise InvalidOption("--rollout-seconds", args.rollout_seconds, "must be in [4, 600]")
     if args.minutes is not None and args.steps is not None:

@@ -63,6 +63,8 @@ class TrainConfig:
     # rendering makes it): None, the `builtin` preset's `anchor_frame`; 0, none (weights never
     # trained with anchors, e.g. the base recipe's).
     rollout_anchor: int | None = None
+    # The share of a new pool's captions with two objects (None: the training mix's, ~30%).
+    rollout_two_objects: float | None = None
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at

@@ -53,10 +53,12 @@ PREFIX_LATENT = 2
 NEW_FRAMES = SEGMENT_FRAMES - PREFIX_FRAMES
 
 
-def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: int = 0) -> Path:
+def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: int = 0,
+              two_objects: float | None = None) -> Path:  # fmt: skip
     """Render `chains` gate-off videos of `seconds` from random training captions (held-out
     colour/shape pairs excluded, no lighting change) with `model` (the `builtin` preset) and save
-    their frames and scenes to `path` (.npz)."""
+    their frames and scenes to `path` (.npz). `two_objects`: the share of captions with two
+    objects (None: the training mix's, `random_scene`)."""
     from videogen.config.spec import RenderSpec
     from videogen.io.video import VideoReader
     from videogen.rendering.render import render
@@ -65,7 +67,7 @@ def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: i
     videos, scenes = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(chains):
-            scene = dataclasses.replace(canonical_start(random_scene(rng), rng), lighting="none")
+            scene = dataclasses.replace(canonical_start(pool_scene(rng, two_objects), rng), lighting="none")
             spec = RenderSpec.single(scene.caption(), seconds, model=model.preset.name, seed=seed + i,
                                      health_checks=[])  # fmt: skip
             out = Path(tmp) / "chain.mp4"
@@ -76,6 +78,18 @@ def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: i
     path = Path(path)
     np.savez_compressed(path, videos=np.stack(videos), scenes=json.dumps(scenes))
     return path
+
+
+def pool_scene(rng: random.Random, two_objects: float | None = None) -> Scene:
+    """A training caption for a pool chain: `random_scene`'s, or with two objects in a share
+    `two_objects` of draws (the captions that fail over minutes, where a pool weighted to them
+    shows the model more of its own two-object errors)."""
+    if two_objects is None:
+        return random_scene(rng)
+    objects = 2 if rng.random() < two_objects else 1
+    while len((scene := random_scene(rng, max_objects=objects)).objects) != objects:
+        pass
+    return scene
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,7 +68,7 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
             load_weights(model.transformer, model.prompt_encoder, cfg.init)
         if cfg.rollout_anchor is not None:  # ... rendered as those weights are rendered
             model.preset = dataclasses.replace(model.preset, anchor_frame=cfg.rollout_anchor or None)
-        make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed)
+        make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed, cfg.rollout_two_objects)
     pool = RolloutPool.load(path)
     log(
         f"rollouts: {len(pool.videos)} videos, {pool.seams} seams each, in {cfg.rollout_frac:.0%} of segment-long clips"
