@@ -132,11 +132,15 @@ def console(browser, server):
 
 
 def submit_video(page, prompt: str, seconds: str) -> str:
+    """Submit the video form; the id is the one the create answered (the detail may still show the
+    job a fresh tab selects first, an earlier test's), and the detail has switched to it."""
     page.fill("#v-prompt", prompt)
     page.fill("#v-seconds", seconds)
-    page.click("#form-video button[type=submit]")
-    wait_js(page, "document.querySelector('#detail')?.dataset.id?.startsWith('video_')")
-    return page.eval_on_selector("#detail", "el => el.dataset.id")
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/v1/videos")) as created:
+        page.click("#form-video button[type=submit]")
+    video_id = created.value.json()["id"]
+    wait_js(page, f"document.querySelector('#detail')?.dataset.id === '{video_id}'")
+    return video_id
 
 
 def test_sign_in_shows_a_wrong_key_next_to_the_field_and_keeps_the_right_one_for_the_tab(console, shots):
