@@ -216,3 +216,15 @@ def test_a_pool_weighted_to_two_objects_draws_that_share_of_two_object_captions(
     assert all(len(pool_scene(rng, 1.0).objects) == 2 for _ in range(200))
     a, b = random.Random(3), random.Random(3)
     assert [pool_scene(a) for _ in range(50)] == [random_scene(b) for _ in range(50)]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [("overlap_frames", 9, "hands over 9 frames"),
+                                                      ("segment_seconds", 3.0, "segments of 49 frames")])  # fmt: skip
+def test_a_pool_refuses_a_preset_that_chains_segments_otherwise(builtin_model, tmp_path, field, value, says):
+    import copy
+
+    other = copy.copy(builtin_model)
+    other.preset = dataclasses.replace(builtin_model.preset, **{field: value})
+    with pytest.raises(ValueError, match=says):
+        make_pool(other, tmp_path / "pool.npz", chains=1, seconds=10.0)
+    assert not (tmp_path / "pool.npz").exists()

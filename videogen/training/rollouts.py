@@ -61,8 +61,10 @@ def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: i
     objects (None: the training mix's, `random_scene`)."""
     from videogen.config.spec import RenderSpec
     from videogen.io.video import VideoReader
-    from videogen.rendering.render import render
+    from videogen.rendering.render import prepare, render
 
+    _check_layout(prepare(RenderSpec.single("a white circle on a black background", seconds,
+                                            model=model.preset.name), model)[1], model.preset.name)  # fmt: skip
     rng = random.Random(seed * 1_000_003 + 17)
     videos, scenes = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +80,20 @@ def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: i
     path = Path(path)
     np.savez_compressed(path, videos=np.stack(videos), scenes=json.dumps(scenes))
     return path
+
+
+def _check_layout(plan: Any, preset: str) -> None:
+    """The pool is cut at seams `SEGMENT_FRAMES` apart with a `PREFIX_FRAMES` handoff (the clip
+    the model trains on); a preset that chains segments otherwise makes a pool cut in the wrong
+    places, so it is refused before any rendering."""
+    for seg in plan.segments[1:]:
+        if seg.prefix_latent_frames != PREFIX_LATENT or seg.overlap_frames != PREFIX_FRAMES:
+            raise ValueError(f"preset {preset!r} hands over {seg.overlap_frames} frames ({seg.prefix_latent_frames} "
+                             f"latent) between segments; a rollout pool needs {PREFIX_FRAMES} ({PREFIX_LATENT})")  # fmt: skip
+    for seg in plan.segments[:-1]:  # the last one may be cut short to the video's length
+        if seg.frames != SEGMENT_FRAMES or seg.keep_frames != SEGMENT_FRAMES:
+            raise ValueError(f"preset {preset!r} makes segments of {seg.keep_frames} frames; a rollout pool "
+                             f"needs {SEGMENT_FRAMES} (the clip the model trains on)")  # fmt: skip
 
 
 def pool_scene(rng: random.Random, two_objects: float | None = None) -> Scene:
