@@ -298,3 +298,79 @@ def test_a_resumed_render_keeps_the_retried_attempt(builtin_model, tmp_path, mon
     finished = [e for e in events if isinstance(e, SegmentFinished)]
     assert finished[1].resumed and finished[1].attempts == 2 and not finished[2].resumed
     assert (tmp_path / "r.mp4").read_bytes() == (tmp_path / "straight.mp4").read_bytes()
+
+
+def test_gate_for_withholds_retries_after_a_failing_run_only_when_asked():
+    from videogen.sampling.health import gate_for
+
+    off, on = HealthConfig(retries=2), HealthConfig(retries=2, give_up_after=2)
+    assert gate_for(off, 5) is off
+    assert gate_for(on, 1) is on and gate_for(on, 2).retries == 0 and gate_for(on, 3).retries == 0
+    assert gate_for(on, 2).checks == on.checks
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="give_up_after"):
+            HealthConfig(give_up_after=bad)
+
+
+def test_the_failing_run_counts_this_shots_failing_segments_and_survives_a_checkpoint():
+    from videogen.rendering.gate import HealthHistory
+
+    history = HealthHistory()
+    for failed in ([], ["copies"], ["copies", "content_loss"]):
+        history.records.append({"segment": len(history.records), "failed_checks": failed})
+    assert history.failing_run == 2
+    restored = HealthHistory()
+    restored.load_state_dict(history.state_dict())
+    assert restored.failing_run == 2
+    history.new_shot()  # a new prompt: a fresh run, the old records kept for the report
+    assert history.failing_run == 0 and len(history.records) == 3
+    history.records.append({"segment": 3, "failed_checks": ["black"]})
+    restored.load_state_dict(history.state_dict())
+    assert restored.failing_run == 1
+
+
+def _plant_black_segments(monkeypatch, model, always: set[int], first_only: set[int]):
+    import videogen.rendering.segment as seg_module
+
+    current = {}
+    real_denoise, real_decode = seg_module._denoise, model.codec.decode
+
+    def denoise(seg, inputs, handoff, attempt, *rest):
+        current["at"] = (seg.index, attempt)
+        return real_denoise(seg, inputs, handoff, attempt, *rest)
+
+    def decode(latents):
+        video = real_decode(latents)
+        index, attempt = current.get("at", (-1, 0))
+        if index in always or (index in first_only and attempt == 0):
+            video = video.clone()
+            video[:, :, PREFIX:] = -1.0
+        return video
+
+    monkeypatch.setattr(seg_module, "_denoise", denoise)
+    monkeypatch.setattr(model.codec, "decode", decode)
+
+
+@pytest.mark.parametrize(("give_up_after", "expected"), [
+    (1, [(1, ()), (3, ("black",)), (1, ("black",)), (1, ("black",)), (1, ()), (2, ()), (1, ())]),
+    (0, [(1, ()), (3, ("black",)), (2, ()), (2, ()), (1, ()), (2, ()), (1, ())]),
+])  # fmt: skip
+def test_a_render_stops_retrying_a_failing_run_and_resumes_once_a_segment_passes(builtin_model, tmp_path, monkeypatch,
+                                                                                  give_up_after, expected):  # fmt: skip
+    import copy
+    import dataclasses
+    import json
+
+    model = copy.copy(builtin_model)
+    model.preset = dataclasses.replace(builtin_model.preset, health=dataclasses.replace(builtin_model.preset.health,
+                                                                                        give_up_after=give_up_after))  # fmt: skip
+    # Segment 1 black in every attempt, 2, 3 and 5 in their first: given up after one failing
+    # segment, 2 and 3 are judged once and kept black; 4 passes its one attempt, so 5 is
+    # re-sampled again.
+    _plant_black_segments(monkeypatch, model, always={1}, first_only={2, 3, 5})
+    spec = RenderSpec.single(PROMPT, 12.5, seed=4, steps=4, health_checks=["black"], retries=2)
+    events = list(render(spec, tmp_path / "v.mp4", model=model, thumbnail=False))
+    assert [(e.attempts, e.failed_checks) for e in events if isinstance(e, SegmentFinished)] == expected
+    records = json.loads((tmp_path / "v.mp4.drift.json").read_text())["health"]["segments"]
+    withheld = [r["segment"] for r in records if r.get("retries_withheld")]
+    assert withheld == ([2, 3, 4] if give_up_after else [])  # 4 had none to spend either

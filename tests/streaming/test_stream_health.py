@@ -59,3 +59,42 @@ def test_a_black_chunk_is_regenerated_before_it_enters_the_cache(causal_model, m
     monkeypatch.undo()
     _plant_black(monkeypatch, chunk=2)
     assert np.array_equal(_frames(list(stream(spec, causal_model))), _frames(a))  # deterministic
+
+
+def _plant_black_always(monkeypatch, chunks: set[int], first_only: set[int] = frozenset()):
+    """Every attempt of `chunks`, and the first attempt of `first_only`, decode to black."""
+    real = stream_module._decode
+    calls: dict[int, int] = {}
+
+    def decode(model, state, latents):
+        frames = real(model, state, latents)
+        calls[state.chunk] = calls.get(state.chunk, 0) + 1
+        black = state.chunk in chunks or (state.chunk in first_only and calls[state.chunk] == 1)
+        return np.zeros_like(frames) if black else frames
+
+    monkeypatch.setattr(stream_module, "_decode", decode)
+
+
+def test_after_give_up_after_failing_chunks_the_next_is_judged_but_not_regenerated(causal_model, monkeypatch):
+    import copy
+    import dataclasses
+
+    def with_give_up(n):
+        model = copy.copy(causal_model)
+        model.preset = dataclasses.replace(causal_model.preset,
+                                           health=dataclasses.replace(causal_model.preset.health, give_up_after=n))  # fmt: skip
+        return model
+
+    model = with_give_up(1)
+    spec = StreamSpec(PROMPT, seconds=3.0, steps=4, health_checks=["black"], retries=2)
+    _plant_black_always(monkeypatch, chunks={1}, first_only={2, 3})
+    chunks = list(stream(spec, model))
+    # Chunk 1 fails all three attempts; chunk 2 fails its only one (given up); chunk 3, after a
+    # failing run again, gets one attempt too: the run ends only when a chunk passes.
+    assert [(c.attempts, c.failed_checks) for c in chunks[:4]] == [(1, ()), (3, ("black",)), (1, ("black",)),
+                                                                    (1, ("black",))]  # fmt: skip
+    assert len(chunks) > 4 and all(c.attempts == 1 and not c.failed_checks for c in chunks[4:])
+    monkeypatch.undo()
+    _plant_black_always(monkeypatch, chunks={1}, first_only={2, 3})
+    always = list(stream(spec, with_give_up(0)))  # 0: every failing chunk re-generated
+    assert [(c.attempts, c.failed_checks) for c in always[1:4]] == [(3, ("black",)), (2, ()), (2, ())]

@@ -49,6 +49,11 @@ class HealthConfig:
     # no `health:` block) would retry good segments on them. `--checks` turns the rest on.
     checks: tuple[str, ...] = ("nonfinite",)
     retries: int = 2
+    # After this many segments (or chunks) in a row kept a failing attempt, the next are judged
+    # but not re-sampled until one passes: a flaw the chain already carries (an object lost
+    # before the seam) is one no new noise brings back, and retrying it costs the whole render
+    # time. 0: always re-sample. `videogen.sampling.health.gate_for`.
+    give_up_after: int = 0
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -72,6 +77,8 @@ class HealthConfig:
             raise ValueError(f"unknown health check {unknown[0]!r} (known: {', '.join(HEALTH_CHECKS)})")
         if not 0 <= self.retries <= MAX_RETRIES:
             raise ValueError(f"retries must be in 0..{MAX_RETRIES}")
+        if not isinstance(self.give_up_after, int) or isinstance(self.give_up_after, bool) or self.give_up_after < 0:
+            raise ValueError(f"give_up_after must be a whole number >= 0, got {self.give_up_after!r}")
 
     @property
     def enabled(self) -> bool:

@@ -19,7 +19,7 @@ import torch
 
 from videogen.config.plan import SegmentPlan
 from videogen.rendering.events import SegmentRetried
-from videogen.sampling.health import GateResult, Retry, SegmentStats, check_segment, run_gate
+from videogen.sampling.health import GateResult, Retry, SegmentStats, check_segment, gate_for, run_gate
 from videogen.sampling.loop import StepProgress
 
 
@@ -30,16 +30,31 @@ class HealthHistory:
     anchor: SegmentStats | None = None  # the shot's first segment
     previous: SegmentStats | None = None  # the shot's last segment
     records: list[dict] = field(default_factory=list)  # `GateResult.record` per generated segment
+    shot_start: int = 0  # the records of the current shot start here
 
     def new_shot(self) -> None:
         self.anchor = self.previous = None
+        self.shot_start = len(self.records)
 
-    def keep(self, seg: SegmentPlan, result: GateResult) -> None:
+    @property
+    def failing_run(self) -> int:
+        """This shot's last segments in a row that kept a failing attempt (`gate_for`)."""
+        run = 0
+        for record in reversed(self.records[self.shot_start :]):
+            if not record["failed_checks"]:
+                break
+            run += 1
+        return run
+
+    def keep(self, seg: SegmentPlan, result: GateResult, retries_withheld: bool = False) -> None:
         stats = result.verdicts[result.chosen].stats
         if stats is not None:
             self.anchor = self.anchor or stats
             self.previous = stats
-        self.records.append(result.record(seg.index))
+        record = result.record(seg.index)
+        if retries_withheld:  # `give_up_after`: judged, not re-sampled
+            record["retries_withheld"] = True
+        self.records.append(record)
 
     @property
     def retries_used(self) -> int:
@@ -51,12 +66,13 @@ class HealthHistory:
 
     def state_dict(self) -> dict:
         return {"anchor": self.anchor and self.anchor.to_dict(), "previous": self.previous and self.previous.to_dict(),
-                "records": list(self.records)}  # fmt: skip
+                "records": list(self.records), "shot_start": self.shot_start}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.anchor = SegmentStats.from_dict(state["anchor"]) if state.get("anchor") else None
         self.previous = SegmentStats.from_dict(state["previous"]) if state.get("previous") else None
         self.records = list(state.get("records", []))
+        self.shot_start = int(state.get("shot_start", 0))
 
 
 def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
@@ -64,9 +80,10 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
                  decode: Callable[[torch.Tensor], np.ndarray]) -> Generator[StepProgress | SegmentRetried, None, GateResult]:  # fmt: skip
     """Sample `seg` (`sample(attempt)`) until an attempt passes the gate or the retries run out;
     yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt."""
-    config = inputs.resolved.health
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         history.new_shot()
+    config = gate_for(inputs.resolved.health, history.failing_run)
+    withheld = config.retries < inputs.resolved.health.retries
     prefix = seg.overlap_frames if not seg.first_in_shot else (1 if _image_prefix(seg, inputs) else 0)
 
     def judge(frames: np.ndarray) -> Any:
@@ -78,7 +95,7 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
             event = next(gate)
         except StopIteration as stop:
             result: GateResult = stop.value
-            history.keep(seg, result)
+            history.keep(seg, result, retries_withheld=withheld)
             return result
         yield SegmentRetried(seg.index, event.attempt, event.reasons) if isinstance(event, Retry) else event
 

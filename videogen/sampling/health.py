@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -333,6 +333,15 @@ class GateResult:
         """The segment's line in the drift report and the job's retry list."""
         return {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
                 "reasons": [list(v.failed) for v in self.verdicts]}  # fmt: skip
+
+
+def gate_for(config: HealthConfig, failing_run: int) -> HealthConfig:
+    """The gate for the next segment after `failing_run` segments in a row kept a failing attempt
+    (counted from the shot's, or the prompt's, first): with `give_up_after` N > 0 and a run of N or
+    more, the same checks without re-sampling, until a segment passes and the run ends."""
+    if config.give_up_after and failing_run >= config.give_up_after and config.retries:
+        return replace(config, retries=0)
+    return config
 
 
 def run_gate(sample: Callable[[int], Generator[Any, None, torch.Tensor]], decode: Callable[[torch.Tensor], np.ndarray],

@@ -70,6 +70,7 @@ class StreamState:
     health_previous: SegmentStats | None = None
     last_frame: np.ndarray | None = None  # (H, W, 3) uint8
     retries: int = 0  # re-generations so far
+    failing_run: int = 0  # the prompt's last chunks in a row that kept a failing attempt (`gate_for`)
 
 
 class StreamControl:

@@ -40,7 +40,7 @@ from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 
 from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.health import Verdict, attempt_noise, check_segment, run_gate
+from videogen.sampling.health import Verdict, attempt_noise, check_segment, gate_for, run_gate
 from videogen.sampling.loop import DenoiseRequest, StepProgress, denoise, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
@@ -110,6 +110,7 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
         if new_prompt is not None and new_prompt != state.prompt:
             switch_prompt(model, state, settings, new_prompt, embed(new_prompt))
             state.health_anchor = state.health_previous = state.last_frame = None
+            state.failing_run = 0
         rebase_clock(
             model, state, settings, chunk_frames_of(state.chunk, settings.chunk_frames, settings.first_chunk_frames)[0]
         )
@@ -173,7 +174,8 @@ def _gated(state: StreamState, health: HealthConfig, sample: Callable[[int], Gen
         shown = frames if lead is None else np.concatenate([lead[None], frames])
         return check_segment(shown, 0 if lead is None else 1, state.health_previous, state.health_anchor, health)
 
-    result = run_to_end(run_gate(sample, decode, judge, health))
+    result = run_to_end(run_gate(sample, decode, judge, gate_for(health, state.failing_run)))
+    state.failing_run = state.failing_run + 1 if result.failed else 0
     stats = result.verdicts[result.chosen].stats
     state.health_anchor = state.health_anchor or stats
     state.health_previous = stats
