@@ -50,6 +50,26 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
         load_presets()
 
 
+@pytest.mark.parametrize("value", ["-1", "1.5", "two"])
+def test_a_bad_give_up_after_in_the_presets_file_is_named(presets_file, value):
+    presets_file(
+        "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
+        f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      give_up_after: {value}\n"
+    )
+    with pytest.raises(ModelLoadError, match=f"preset 'm' .*give_up_after must be a whole number >= 0, got .*{value}"):
+        load_presets()
+
+
+def test_the_stream_preset_gives_up_on_a_failing_run_and_the_render_preset_does_not():
+    # Measured at five minutes (docs/builtin-model.md, "Giving up on a failing run"): a stream
+    # stalls while a chunk is re-generated; a render keeps every retry. The rest of the gate is shared.
+    presets = load_presets()
+    render, stream = presets["builtin"].health, presets["builtin-causal"].health
+    assert (render.give_up_after, stream.give_up_after) == (0, 2)
+    assert stream == __import__("dataclasses").replace(render, give_up_after=2)
+    assert resolve_stream(StreamSpec("a red circle", seconds=2.0)).health.give_up_after == 2
+
+
 def test_api_fields_reach_the_spec_and_bad_ones_name_the_field():
     pytest.importorskip("fastapi")
     from videogen.api.catalog import invalid
