@@ -14,25 +14,26 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from types import ModuleType
 
 
-def hand_over(module: ModuleType) -> None:
+def hand_over(name: str) -> None:
+    """Replace `sys.modules[name]` (this folder, being imported) with the package of that name
+    found on the rest of `sys.path`."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
-    spec = importlib.machinery.PathFinder.find_spec(module.__name__, path)
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
     if spec is None or spec.loader is None:
-        del sys.modules[module.__name__]
+        del sys.modules[name]
         raise ModuleNotFoundError(
-            f"No module named {module.__name__!r} outside {root} (this checkout's folder is videogen.kernels)",
-            name=module.__name__,
+            f"No module named {name!r} outside {root} (this checkout's folder is videogen.kernels)",
+            name=name,
         )
     # The import system hands the importer whatever `sys.modules` holds for the name once this
     # folder's `__init__` returns: the real package, loaded here.
     real = importlib.util.module_from_spec(spec)
-    sys.modules[module.__name__] = real
+    sys.modules[name] = real
     try:
         spec.loader.exec_module(real)
     except BaseException:
-        del sys.modules[module.__name__]
+        del sys.modules[name]
         raise
