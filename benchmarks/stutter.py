@@ -5,10 +5,12 @@ motion spread evenly over frames, 0 = all of it once per latent frame) of
 * the clean tokens projected onto their own top 128 principal components, onto `proj_out`'s range
   (all the output layer can draw) and onto the patch embedding's row space (what its input layer
   lets through): what a 128-wide token could carry,
-* the model's one-step x0 prediction from the clips noised to each sigma: what it does carry.
+* the model's one-step x0 prediction from the clips noised to each sigma: what it does carry,
+* the same decoded through the codec's temporal decoder (`videogen.models.refiner`; rows
+  `decoded_sigma_*`): what the video shows.
 
-    python benchmarks/stutter.py                     # the shipped weights
-    python benchmarks/stutter.py A.safetensors B.safetensors
+    python benchmarks/stutter.py                     # the shipped weights and decoder
+    python benchmarks/stutter.py A.safetensors B.safetensors --decoder D.safetensors
 
 12 fresh one-object moving clips of 33 frames (fixed seed). Ends with one JSON line.
 """
@@ -50,15 +52,17 @@ def _untokens(t: torch.Tensor, shape) -> torch.Tensor:
     return t.view(f, h // 2, w // 2, c, 2, 2).permute(3, 0, 1, 4, 2, 5).reshape(shape)
 
 
-def measure(weights: str, clips) -> dict:
+def measure(weights: str, clips, decoder: str | None = None) -> dict:
     from videogen.models.builtin import build_fresh, load_weights
     from videogen.models.codec import PixelCodec, uint8_to_video, video_to_uint8
+    from videogen.models.refiner import load_refiner
     from videogen.training.scenes import motion_smoothness, track_colour
 
     transformer, encoder = build_fresh(0)
     load_weights(transformer, encoder, weights)
     transformer.eval()
     codec = PixelCodec()
+    decoding = PixelCodec(refiner=load_refiner(decoder)) if decoder else None
     ch = codec.latent_channels
 
     def smooth(video_or_latents, scene) -> float | None:
@@ -86,6 +90,8 @@ def measure(weights: str, clips) -> dict:
         "patch_embedding_rows": lambda t: t @ to_rows.T,
     }
     scores: dict[str, list[float]] = {"truth": [], **{k: [] for k in projections}, **{f"sigma_{s}": [] for s in SIGMAS}}
+    if decoding is not None:
+        scores.update({f"decoded_sigma_{s}": [] for s in SIGMAS})
     for i, ((scene, clip), lat) in enumerate(zip(clips, lats)):
         found = {"truth": smooth(clip, scene)}
         for name, project in projections.items():
@@ -101,6 +107,8 @@ def measure(weights: str, clips) -> dict:
                     hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False
                 )[0]
             found[f"sigma_{s}"] = smooth(x0, scene)
+            if decoding is not None:
+                found[f"decoded_sigma_{s}"] = smooth(video_to_uint8(decoding.decode(x0)), scene)
         for k, v in found.items():
             if v is not None:
                 scores[k].append(v)
@@ -108,20 +116,23 @@ def measure(weights: str, clips) -> dict:
 
 
 def main() -> None:
-    from videogen.models.builtin import WEIGHTS_FILE
+    from videogen.models.builtin import WEIGHTS_DIR, WEIGHTS_FILE
 
+    shipped = WEIGHTS_DIR / "builtin_decoder.safetensors"
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("weights", nargs="*", default=[str(WEIGHTS_FILE)])
     ap.add_argument("--clips", type=int, default=12)
+    ap.add_argument("--decoder", default=str(shipped) if shipped.is_file() else None,
+                    help="the temporal decoder to decode through as well (default: the shipped one)")  # fmt: skip
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     clips = _clips(args.clips)
-    results = {w: measure(w, clips) for w in args.weights}
+    results = {w: measure(w, clips, args.decoder) for w in args.weights}
     keys = list(next(iter(results.values())))
     print(f"{'motion_smoothness':>22} " + " ".join(f"{w[-30:]:>30}" for w in results))
     for k in keys:
         print(f"{k:>22} " + " ".join(f"{r[k]!s:>30}" for r in results.values()))
-    print(json.dumps({"benchmark": "stutter", "clips": args.clips, "results": results}))
+    print(json.dumps({"benchmark": "stutter", "clips": args.clips, "decoder": args.decoder, "results": results}))
 
 
 if __name__ == "__main__":

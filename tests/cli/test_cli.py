@@ -127,3 +127,27 @@ def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("videogen: error:") and message in lines[0], lines
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "what,args,message",
+    [
+        ("decoder", ["--steps", "1"], "--steps=1"),
+        ("decoder", ["--clips", "4"], "--clips=4"),
+        ("decoder", ["--transformer", "/no/such/weights.safetensors"], "/no/such/weights.safetensors"),
+        ("decoder", ["--minutes", "5"], "--minutes=5.0: is not a decoder option"),
+        ("decoder", ["--rollouts", "p.npz"], "--rollouts=p.npz: is not a decoder option"),
+        ("builtin", ["--clips", "100"], "--clips=100: is a decoder option"),
+    ],
+)
+def test_bad_decoder_training_options_are_one_line_with_exit_2_and_nothing_written(
+    tmp_path, capsys, what, args, message
+):
+    from videogen.cli import main
+
+    assert (
+        main(["train", what, *args, "--workdir", str(tmp_path / "w"), "--output", str(tmp_path / "o.safetensors")]) == 2
+    )
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("videogen: error:") and message in lines[0], lines
+    assert not list(tmp_path.iterdir())

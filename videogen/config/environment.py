@@ -31,7 +31,8 @@ def models_dir() -> Path:
 
 
 def builtin_weights(default: Path, variant: str = "builtin") -> Path:
-    """`variant` "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS, "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS."""
+    """`variant` "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS, "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS,
+    "builtin-decoder" (the codec's temporal decoder) VIDEOGEN_BUILTIN_DECODER_WEIGHTS."""
     env = "VIDEOGEN_" + variant.upper().replace("-", "_") + "_WEIGHTS"
     return Path(os.environ.get(env, default)).expanduser()
 

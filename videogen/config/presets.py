@@ -142,6 +142,9 @@ class Preset:
     attention: str
     path: Path | None = None  # diffusers folder; None for the built-in model
     weights: str = "builtin.safetensors"  # built-in models: the weights file in videogen/models/weights/
+    # Built-in models: the codec's temporal decoder (`videogen.models.refiner`), a file in
+    # videogen/models/weights/. None: the codec decodes losslessly (objects move in 4-frame steps).
+    decoder: str | None = None
     causal: bool = False  # trained block-causal: generates chunk by chunk (`videogen stream`)
     health: HealthConfig = HealthConfig()  # the segment health gate's defaults for this model
     limits: AdmissionLimits = AdmissionLimits()  # what the job service admits per job for this model
@@ -202,6 +205,7 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
             attention=attention,
             path=_resolve_path(raw["path"]) if kind == "diffusers" else None,
             weights=str(raw.get("weights", "builtin.safetensors")),
+            decoder=str(raw["decoder"]) if raw.get("decoder") is not None else None,
             causal=bool(raw.get("causal", False)),
             health=_health(name, config_file, raw.get("health") or {}),
             limits=_limits(name, config_file, raw.get("limits") or {}),
@@ -230,6 +234,9 @@ def _load(config_file: Path) -> tuple[str, dict[str, Preset]]:
         if anchor is not None and (kind != "builtin" or anchor < 1):
             raise ModelLoadError(f"preset {name!r} in {config_file}: anchor_frame must be >= 1 and needs a "
                                  f"model trained with anchors (kind builtin), got {anchor}")  # fmt: skip
+        if presets[name].decoder is not None and kind != "builtin":
+            raise ModelLoadError(f"preset {name!r} in {config_file}: decoder is the built-in codec's "
+                                 f"temporal decoder (kind builtin only)")  # fmt: skip
         if not presets[name].limits.admits_size(*presets[name].size):
             raise ModelLoadError(f"preset {name!r} in {config_file}: its size {raw['size']} is outside its limits")
     default = data.get("default", next(iter(presets), ""))

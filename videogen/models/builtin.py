@@ -209,9 +209,11 @@ def build_fresh(init_seed: int = 0):
     return transformer, encoder
 
 
-def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "builtin.safetensors"):
+def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "builtin.safetensors",
+                  decoder: str | None = None):  # fmt: skip
     """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones.
-    `variant` names the preset ("builtin", "builtin-causal"), `weights` its file in `weights/`."""
+    `variant` names the preset ("builtin", "builtin-causal"), `weights` its file in `weights/`,
+    `decoder` the codec's temporal decoder's file there (None: none; missing: none, with a warning)."""
     transformer, encoder = build_fresh(init_seed)
     path = weights_file(variant, weights)
     if path.is_file():
@@ -224,7 +226,18 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
         )
     transformer.eval()
     encoder.eval()
-    return transformer, PixelCodec(BUILTIN_GEOMETRY.temporal_factor, BUILTIN_GEOMETRY.spatial_factor), encoder
+    refiner = None
+    if decoder is not None:
+        from videogen.models.refiner import load_refiner
+
+        path = decoder_file(decoder)
+        if path.is_file():
+            refiner = load_refiner(path)
+        else:
+            warnings.warn(f"the {variant} model's decoder {path} is missing: decoding without it "
+                          "(objects move in 4-frame steps)", stacklevel=2)  # fmt: skip
+    codec = PixelCodec(BUILTIN_GEOMETRY.temporal_factor, BUILTIN_GEOMETRY.spatial_factor, refiner)
+    return transformer, codec, encoder
 
 
 def load_weights(transformer, encoder, path) -> None:
@@ -263,6 +276,13 @@ def weights_file(variant: str = "builtin", weights: str = "builtin.safetensors")
     from videogen.config import environment
 
     return environment.builtin_weights(WEIGHTS_DIR / weights, variant)
+
+
+def decoder_file(decoder: str) -> Path:
+    """The codec's temporal decoder file: `decoder` in `weights/`, or $VIDEOGEN_BUILTIN_DECODER_WEIGHTS."""
+    from videogen.config import environment
+
+    return environment.builtin_weights(WEIGHTS_DIR / decoder, "builtin-decoder")
 
 
 def is_trained(variant: str = "builtin", weights: str = "builtin.safetensors") -> bool:

@@ -5,10 +5,13 @@ Two implementations behind one interface:
 * `WanVAECodec` wraps diffusers' `AutoencoderKLWan` (Wan 2.1: 4x temporal, 8x spatial, 16
   channels; Wan 2.2 TI2V: 4x16x16, 48 channels), including the per-channel latent normalisation
   the Wan pipelines apply. The VAE runs in fp32: a half-precision VAE is a known drift source.
-* `PixelCodec`, the built-in model's fixed, lossless codec: it folds `tf x s x s` blocks of
-  pixels into channels (space-to-depth in time and space). It follows the same frame rule as
-  Wan's causal VAE (tf*k+1 frames -> k+1 latent frames; the first latent frame holds one frame,
-  stored `tf` times), so the planner, handoff and stitcher treat both alike.
+* `PixelCodec`, the built-in model's codec: it folds `tf x s x s` blocks of pixels into channels
+  (space-to-depth in time and space), losslessly. It follows the same frame rule as Wan's causal
+  VAE (tf*k+1 frames -> k+1 latent frames; the first latent frame holds one frame, stored `tf`
+  times), so the planner, handoff and stitcher treat both alike. With a `TemporalRefiner`
+  (`videogen.models.refiner`, the preset's `decoder`) its decode also spreads each latent frame's
+  motion over its video frames, as Wan's learned decoder does; encode stays the exact inverse of
+  the lossless decode.
 
 Video tensors are (B, 3, T, H, W) in [-1, 1]; latents are (B, C, F, h, w).
 """
@@ -34,12 +37,14 @@ class LatentCodec(Protocol):
 
 
 class PixelCodec:
-    """Lossless space-to-depth codec. Channels = 3 * tf * s * s."""
+    """Space-to-depth codec. Channels = 3 * tf * s * s. `refiner`: a `TemporalRefiner` applied on
+    decode (None: decode is the exact inverse of encode)."""
 
-    def __init__(self, temporal_factor: int = 4, spatial_factor: int = 4) -> None:
+    def __init__(self, temporal_factor: int = 4, spatial_factor: int = 4, refiner=None) -> None:
         self.temporal_factor = temporal_factor
         self.spatial_factor = spatial_factor
         self.latent_channels = 3 * temporal_factor * spatial_factor**2
+        self.refiner = refiner
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         b, c, t, h, w = video.shape
@@ -56,6 +61,8 @@ class PixelCodec:
         if ch != self.latent_channels:
             raise ValueError(f"PixelCodec expects {self.latent_channels} channels, got {ch}")
         video = rearrange(latents, "b (c pf ph pw) f h w -> b c (f pf) (h ph) (w pw)", c=3, pf=tf, ph=s, pw=s)
+        if self.refiner is not None:  # each latent frame after the first, from itself and the one before
+            video = self.refiner.refine(video)
         # Latent frame 0 decodes to one frame: the last of its group. For a clip's true first frame
         # all tf copies are equal; for a handed-over prefix (a mid-clip latent frame placed first) the
         # last frame is the one that immediately precedes the next latent frame's frames.

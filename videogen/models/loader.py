@@ -194,7 +194,7 @@ def _load_checkpoint(vm: VideoModel, checkpoint: str) -> None:
 def _load_builtin(preset: Preset, device: torch.device, dtype: torch.dtype) -> VideoModel:
     from videogen.models.builtin import build_builtin, cast_transformer
 
-    transformer, codec, encoder = build_builtin(variant=preset.name, weights=preset.weights)
+    transformer, codec, encoder = build_builtin(variant=preset.name, weights=preset.weights, decoder=preset.decoder)
     return VideoModel(
         preset=preset,
         transformer=cast_transformer(transformer, device, dtype),
