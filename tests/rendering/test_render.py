@@ -158,7 +158,9 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     stream and its stitcher state (seam blend, colour anchor)."""
     from videogen.io.video import concat_videos
 
-    common = dict(steps=2, segment_seconds=1.0, overlap_frames=5, seed=11)
+    # 4 steps: at 2 the frames are half noise, which H.264 encodes differently in the two videos by
+    # up to ~5 levels (through the temporal decoder), hiding what the test is after
+    common = dict(steps=4, segment_seconds=1.0, overlap_frames=5, seed=11)
     prompt = "a yellow square moving down on a gray background"
     _run(RenderSpec.single(prompt, 53 / 16, **common), tmp_path / "whole.mp4", model=builtin_model)
     _run(
@@ -183,7 +185,7 @@ def test_an_extension_continues_the_source_video_from_its_last_latents(builtin_m
     seam = np.zeros(53, bool)
     seam[29 - 5 : 29 + 2] = True  # the blend window and the frame after it (the stitcher's ramp starts there)
     # Frames are compared after H.264 (crf 17) of two different-length videos: x264's lookahead and
-    # rate decisions differ with what follows, which moves decoded pixels by ~2-3 levels on average.
+    # rate decisions differ with what follows, which moves decoded pixels by ~1-2 levels on average.
     assert diff[~seam].max() < 4.0, str(np.round(diff, 2).tolist())
     assert diff[seam].max() < 8.0, diff
 
