@@ -4,6 +4,7 @@ VIDEOGEN_CONFIG_DIR   folder holding models.yaml (default: the presets shipped i
 VIDEOGEN_MODELS_DIR   where relative preset paths are looked up (default ~/.cache/videogen/models)
 VIDEOGEN_BUILTIN_WEIGHTS  weights file of the built-in model (default: the one shipped in the package)
 VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS  the same for the causal (streaming) built-in model
+VIDEOGEN_BUILTIN_DECODER_WEIGHTS  the built-in codec's temporal decoder (a preset's `decoder:`)
 VIDEOGEN_TRUST_CHECKPOINTS  1: unpickle --checkpoint files that hold more than tensors (can run code)
 VIDEOGEN_OFFLOAD      none | model | group: where a model's components live (`videogen worker/serve --offload`)
 VIDEOGEN_VAE_TILING   auto | on | off: tiled VAE decode (`videogen worker/serve --vae-tiling`)
