@@ -8,7 +8,7 @@ frame's 4 decoded frames together with the 4 of the latent frame before it (caus
 chunk or a chained segment decodes with its previous latent frame in front, so nothing waits for
 the future) and adds a correction to the 4 frames: the object placed where its motion puts it in
 each frame, its edges cleaned. It is trained on the transformer's own output against the clean
-clips (`videogen train refiner`, `videogen.training.refiner`).
+clips (`videogen train decoder`, `videogen.training.decoder`).
 
 Padding is circular: objects wrap round the frame edge.
 """

@@ -47,6 +47,7 @@ def make_pairs(cfg: DecoderConfig, n: int, seed: int) -> tuple[np.ndarray, np.nd
     clock), the clips, and their captions."""
     from videogen.models.builtin import WEIGHTS_FILE, build_fresh, load_weights
     from videogen.models.codec import PixelCodec, uint8_to_video, video_to_uint8
+    from videogen.training.loss import predict_clean
     from videogen.training.scenes import random_scene, render_scene
 
     transformer, encoder = build_fresh(0)
@@ -71,10 +72,8 @@ def make_pairs(cfg: DecoderConfig, n: int, seed: int) -> tuple[np.ndarray, np.nd
         sigma = lo + (hi - lo) * torch.rand(b, 1, generator=g) ** 1.5  # more of them near clean
         noise = torch.randn(latents.shape, generator=g)
         s5 = sigma.view(b, 1, 1, 1, 1)
-        inputs = encoder.condition((1 - s5) * latents + s5 * noise, None, text, clock)
-        timestep = (sigma * 1000.0).expand(b, f * latents.shape[3] * latents.shape[4] // 4)
         with torch.no_grad():
-            x0 = transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+            x0 = predict_clean(transformer, encoder, (1 - s5) * latents + s5 * noise, sigma.expand(b, f), text, clock)
         for j in range(b):
             model[i + j] = video_to_uint8(codec.decode(x0[j : j + 1]))
             truth[i + j] = clips[j]
