@@ -115,6 +115,15 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--anchor-frac", "-0.1"], "--anchor-frac=-0.1"),
         (["--rollout-anchor", "9"], "--rollout-anchor=9"),
         (["--rollout-two-objects", "1.2"], "--rollout-two-objects=1.2"),
+        (["--causal-chunk", "2", "--rollouts", "p.npz", "--rollout-frac", "0.5"], "--causal-chunk=2"),
+        (
+            ["--causal-chunk", "3", "--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-seconds", "30"],
+            "--rollout-seconds=30.0: must be <= 15.8125",
+        ),
+        (
+            ["--causal-chunk", "3", "--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-anchor", "6"],
+            "--rollout-anchor=6: applies to rendered pools",
+        ),
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):

@@ -23,6 +23,7 @@ from videogen.training.rollouts import (
     mix_rollouts,
     pool_scene,
     rollout_clip,
+    stream_rollout_clip,
 )
 from videogen.training.scenes import (
     HELD_OUT,
@@ -228,3 +229,68 @@ def test_a_pool_refuses_a_preset_that_chains_segments_otherwise(builtin_model, t
     with pytest.raises(ValueError, match=says):
         make_pool(other, tmp_path / "pool.npz", chains=1, seconds=10.0)
     assert not (tmp_path / "pool.npz").exists()
+
+
+def _stream_pool(caption: str, frames: int = 129) -> tuple[RolloutPool, np.ndarray]:
+    scene = canonical_start(parse_caption(caption), random.Random(3))
+    video = render_scene(scene, frames + 12, size=64)  # the truth runs a chunk past the pool's last frame
+    return RolloutPool(video[None, :frames], [scene], streamed=True), video
+
+
+@pytest.mark.parametrize("caption", CAPTIONS)
+def test_a_stream_clip_is_what_the_chunk_saw_then_the_scene(caption):
+    pool, video = _stream_pool(caption)
+    assert pool.chunk_starts == [7, 10, 13, 16, 19, 22, 25, 28, 31]  # chunks start at 1 + 3k; 129 frames: latent 0..32
+    for start in (7, 19, 31):
+        clip, scene, clock = stream_rollout_clip(pool, 0, start)
+        # the sink (the stream's first frame), then latent frames start-6 .. start+2 of the stream
+        truth = np.concatenate([video[:1], video[4 * start - 27 : 4 * start + 9]])
+        assert clip.shape == truth.shape == (37, 64, 64, 3)
+        assert np.array_equal(clip[:25], truth[:25])  # sink and window: the pool's own frames
+        assert (np.abs(clip.astype(int) - truth.astype(int)).max(-1) > 30).mean() < 0.005
+        assert clock.tolist() == [0.0, *range(start - 6, start + 3)]
+        assert scene.caption() == caption
+
+
+def test_stream_mixing_replaces_a_share_of_the_causal_variants_10_frame_clips_deterministically():
+    pool, _ = _stream_pool(CAPTIONS[0])
+    codec = PixelCodec(4, 4)
+    cfg = TrainConfig(batch_tokens=2048, causal_chunk=3)
+    step = next(s for s in range(100) if make_batch(cfg, s, codec).latents.shape[2] == 10)
+    base = make_batch(cfg, step, codec)
+    mixed = mix_rollouts(base, pool, 1.0, cfg.seed, step, cfg.shift, codec, causal_chunk=3)
+    again = mix_rollouts(make_batch(cfg, step, codec), pool, 1.0, cfg.seed, step, cfg.shift, codec, causal_chunk=3)
+    assert torch.equal(mixed.latents, again.latents) and torch.equal(mixed.sigmas, again.sigmas)
+    assert mixed.captions == [CAPTIONS[0]] * len(base.captions)
+    assert bool(mixed.context[:, :7].all()) and not bool(mixed.context[:, 7:].any())
+    assert bool((mixed.sigmas[:, :7] == 0).all()) and bool((mixed.sigmas[:, 7:] > 0).all())
+    assert bool((mixed.sigmas[:, 7:] == mixed.sigmas[:, 7:8]).all())  # one chunk, one noise level
+    assert bool((mixed.frames[:, 0] == 0).all())  # the sink's clock
+    assert {float(f) for f in mixed.frames[:, 7]} <= {float(s) for s in pool.chunk_starts}
+    # the latents are the clip's own: a clip re-encoded from its frames
+    video, start = next((v, s) for v in range(1) for s in pool.chunk_starts if float(mixed.frames[0, 7]) == s)
+    assert torch.equal(mixed.latents[0], codec.encode(uint8_to_video(stream_rollout_clip(pool, video, start)[0]))[0])
+    # 7-latent-frame clips, and a share of 0, are left as they were
+    other = next(s for s in range(100) if make_batch(cfg, s, codec).latents.shape[2] == 7)
+    short = make_batch(cfg, other, codec)
+    assert mix_rollouts(short, pool, 1.0, cfg.seed, other, cfg.shift, codec, causal_chunk=3) is short
+    assert mix_rollouts(base, pool, 0.0, cfg.seed, step, cfg.shift, codec, causal_chunk=3) is base
+    # a pool of chained renders is not the stream's view
+    with pytest.raises(ValueError, match="chained renders"):
+        mix_rollouts(base, _pool(CAPTIONS[0])[0], 1.0, cfg.seed, step, cfg.shift, codec, causal_chunk=3)
+
+
+@pytest.mark.slow
+def test_a_stream_pool_is_the_causal_models_own_gate_off_streams(tmp_path):
+    from videogen.config.spec import StreamSpec
+    from videogen.models.loader import load_model
+    from videogen.streaming.stream import stream
+
+    model = load_model("builtin-causal", device="cpu", dtype="float32", attention="dense")
+    pool = RolloutPool.load(make_pool(model, tmp_path / "pool.npz", chains=2, seconds=4.0, seed=5))
+    assert pool.streamed and pool.videos.shape == (2, 64, 64, 64, 3) and pool.chunk_starts == [7, 10, 13, 16]
+    assert pool.scenes[0] != pool.scenes[1]
+    spec = StreamSpec(pool.scenes[1].caption(), 4.0, model="builtin-causal", seed=6, health_checks=[])
+    assert np.array_equal(pool.videos[1], np.concatenate([c.frames for c in stream(spec, model)]))
+    with pytest.raises(ValueError, match="at most 15.8125 s"):
+        make_pool(model, tmp_path / "long.npz", chains=1, seconds=20.0)

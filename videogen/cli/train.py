@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -97,7 +98,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="the anchor frame a new pool is rendered with (default: the builtin preset's; 0: none)",
     )
-    t.add_argument("--rollout-seconds", dest="rollout_seconds", type=float, help="their length (default 30)")
+    t.add_argument(
+        "--rollout-seconds",
+        dest="rollout_seconds",
+        type=float,
+        help="their length (default 30; with --causal-chunk 15, streamed)",
+    )
     t.add_argument(
         "--rollout-two-objects",
         dest="rollout_two_objects",
@@ -162,6 +168,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
+    if args.causal_chunk and args.rollouts:
+        _check_stream_rollouts(args, overrides)
     cfg = TrainConfig(**overrides)
     if cfg.init and not Path(cfg.init).is_file():
         raise InvalidOption("--init", cfg.init, "no such weights file")
@@ -169,6 +177,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = train_builtin(cfg, args.workdir, output=args.output or default, log=lambda m: print(m, flush=True))
     print(f"videogen: wrote {out}", file=sys.stderr)
     return 0
+
+
+def _check_stream_rollouts(args: argparse.Namespace, overrides: dict) -> None:
+    """The causal variant's rollouts are its own streams (`videogen.training.rollouts`): chunks
+    of 3 latent frames, streams short enough that their clock never re-bases (the default)."""
+    from videogen.training.rollouts import STREAM_CHUNK, stream_pool_seconds
+
+    if args.causal_chunk != STREAM_CHUNK:
+        raise InvalidOption(
+            "--causal-chunk", args.causal_chunk, f"must be {STREAM_CHUNK} with --rollouts (the stream's chunk)"
+        )
+    if args.rollout_anchor is not None:
+        raise InvalidOption("--rollout-anchor", args.rollout_anchor, "applies to rendered pools, not --causal-chunk")
+    most = stream_pool_seconds()
+    if args.rollout_seconds is None:
+        overrides["rollout_seconds"] = math.floor(most)
+    elif args.rollout_seconds > most:
+        raise InvalidOption("--rollout-seconds", args.rollout_seconds,
+                            f"must be <= {most:g} with --causal-chunk (a stream pool's clock must not re-base)")  # fmt: skip
 
 
 DECODER_ONLY = ("clips", "transformer")

@@ -51,35 +51,82 @@ SEGMENT_FRAMES = 33  # the built-in preset's segment (9 latent frames), with a 5
 PREFIX_FRAMES = 5
 PREFIX_LATENT = 2
 NEW_FRAMES = SEGMENT_FRAMES - PREFIX_FRAMES
+# A stream (`videogen stream`, the causal variant): chunks of 3 latent frames after the first frame
+# alone; each chunk sees its cache's sink (latent frame 0) and window (the 6 latent frames before
+# it) at RoPE positions 0 and 1..6, itself at 7..9: one 10-latent-frame block-causal clip.
+STREAM_CHUNK = 3
+STREAM_SINK = 1
+STREAM_WINDOW = 6
+STREAM_CLIP_LATENT = STREAM_SINK + STREAM_WINDOW + STREAM_CHUNK
 
 
 def make_pool(model: Any, path: str | Path, chains: int, seconds: float, seed: int = 0,
               two_objects: float | None = None) -> Path:  # fmt: skip
     """Render `chains` gate-off videos of `seconds` from random training captions (held-out
-    colour/shape pairs excluded, no lighting change) with `model` (the `builtin` preset) and save
-    their frames and scenes to `path` (.npz). `two_objects`: the share of captions with two
-    objects (None: the training mix's, `random_scene`)."""
-    from videogen.config.spec import RenderSpec
-    from videogen.io.video import VideoReader
-    from videogen.rendering.render import prepare, render
+    colour/shape pairs excluded, no lighting change) with `model` and save their frames and
+    scenes to `path` (.npz). The `builtin` preset chains rendered segments; a causal preset
+    (`builtin-causal`) streams them (a *stream pool*, for the causal variant's rollout clips).
+    `two_objects`: the share of captions with two objects (None: the training mix's,
+    `random_scene`)."""
+    streamed = bool(getattr(model.preset, "causal", False))
+    if streamed:
+        _check_stream_length(seconds, model.preset.fps)
+    else:
+        from videogen.config.spec import RenderSpec
+        from videogen.rendering.render import prepare
 
-    _check_layout(prepare(RenderSpec.single("a white circle on a black background", seconds,
-                                            model=model.preset.name), model)[1], model.preset.name)  # fmt: skip
+        _check_layout(prepare(RenderSpec.single("a white circle on a black background", seconds,
+                                                model=model.preset.name), model)[1], model.preset.name)  # fmt: skip
     rng = random.Random(seed * 1_000_003 + 17)
     videos, scenes = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(chains):
-            scene = dataclasses.replace(canonical_start(pool_scene(rng, two_objects), rng), lighting="none")
-            spec = RenderSpec.single(scene.caption(), seconds, model=model.preset.name, seed=seed + i,
-                                     health_checks=[])  # fmt: skip
-            out = Path(tmp) / "chain.mp4"
-            for _ in render(spec, out, model=model, thumbnail=False):
-                pass
-            videos.append(VideoReader(out).read_all())
-            scenes.append(dataclasses.asdict(scene))
+    for i in range(chains):
+        scene = dataclasses.replace(canonical_start(pool_scene(rng, two_objects), rng), lighting="none")
+        make = _streamed if streamed else _rendered
+        videos.append(make(model, scene.caption(), seconds, seed + i))
+        scenes.append(dataclasses.asdict(scene))
     path = Path(path)
-    np.savez_compressed(path, videos=np.stack(videos), scenes=json.dumps(scenes))
+    np.savez_compressed(path, videos=np.stack(videos), scenes=json.dumps(scenes), streamed=streamed)
     return path
+
+
+def _rendered(model: Any, caption: str, seconds: float, seed: int) -> np.ndarray:
+    """A gate-off chained render's frames (T, H, W, 3) uint8."""
+    from videogen.config.spec import RenderSpec
+    from videogen.io.video import VideoReader
+    from videogen.rendering.render import render
+
+    spec = RenderSpec.single(caption, seconds, model=model.preset.name, seed=seed, health_checks=[])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "chain.mp4"
+        for _ in render(spec, out, model=model, thumbnail=False):
+            pass
+        return VideoReader(out).read_all()
+
+
+def _streamed(model: Any, caption: str, seconds: float, seed: int) -> np.ndarray:
+    """A gate-off stream's frames (T, H, W, 3) uint8, as `videogen stream` makes them."""
+    from videogen.config.spec import StreamSpec
+    from videogen.streaming.stream import stream
+
+    spec = StreamSpec(caption, seconds, model=model.preset.name, seed=seed, chunk_frames=STREAM_CHUNK,
+                      first_chunk_frames=1, sink_frames=STREAM_SINK, window_frames=STREAM_WINDOW,
+                      health_checks=[])  # fmt: skip
+    return np.concatenate([chunk.frames for chunk in stream(spec, model)])
+
+
+def stream_pool_seconds(fps: float = 16.0) -> float:
+    """The longest stream a pool holds: a stream re-bases its clock once its frames pass
+    `CLOCK_PERIOD` latent frames (`videogen.streaming.recache`); a pool stream stays before that,
+    so every clip cut from it sees the clock the stream saw (each latent frame's own index)."""
+    from videogen.streaming.recache import CLOCK_PERIOD
+
+    return (4 * (CLOCK_PERIOD - 1) + 1) / fps
+
+
+def _check_stream_length(seconds: float, fps: float) -> None:
+    if seconds > (most := stream_pool_seconds(fps)):
+        raise ValueError(f"a stream pool's videos are at most {most:g} s (before the stream re-bases its clock), "
+                         f"got {seconds:g} s")  # fmt: skip
 
 
 def _check_layout(plan: Any, preset: str) -> None:
@@ -112,18 +159,27 @@ def pool_scene(rng: random.Random, two_objects: float | None = None) -> Scene:
 class RolloutPool:
     videos: np.ndarray  # (N, T, H, W, 3) uint8
     scenes: list[Scene]
+    streamed: bool = False  # streamed by a causal model (`make_pool`), not chained renders
 
     @classmethod
     def load(cls, path: str | Path) -> RolloutPool:
         data = np.load(path)
         scenes = [Scene(tuple(SceneObject(**o) for o in s["objects"]), s["background"], s["lighting"])
                   for s in json.loads(str(data["scenes"]))]  # fmt: skip
-        return cls(data["videos"], scenes)
+        return cls(data["videos"], scenes, bool(data["streamed"]) if "streamed" in data else False)
 
     @property
     def seams(self) -> int:
         """Continuing segments per video: the seams a clip can be cut at."""
         return (self.videos.shape[1] - SEGMENT_FRAMES) // NEW_FRAMES
+
+    @property
+    def chunk_starts(self) -> list[int]:
+        """The latent frames a stream chunk starts at, with a full window before it and its
+        window's frames in the pool's videos: where a stream clip (`stream_rollout_clip`) is cut."""
+        last = (self.videos.shape[1] - 1) // 4  # the last whole latent frame
+        first = STREAM_SINK + STREAM_WINDOW
+        return list(range(first, last + 2, STREAM_CHUNK))
 
 
 def corrected_scene(scene: Scene, last: np.ndarray, frame: int) -> Scene:
@@ -188,13 +244,30 @@ def rollout_clip(pool: RolloutPool, video: int, seam: int, anchor: int = 0) -> t
     return np.concatenate([context, ahead]), scene, clock
 
 
+def stream_rollout_clip(pool: RolloutPool, video: int, start: int) -> tuple[np.ndarray, Scene, np.ndarray]:
+    """(frames (37, H, W, 3), scene, clock (10,)): what a stream's chunk at latent frame `start`
+    (`RolloutPool.chunk_starts`) saw of pool video `video`: its sink (the video's first frame)
+    and window (the 6 latent frames before `start`), then the corrected target for the chunk's
+    3 latent frames. The clock is each latent frame's index in the stream, as the stream saw it."""
+    window = pool.videos[video, 4 * (start - STREAM_WINDOW) - 3 : 4 * start - 3]  # latent frames start-6 .. start-1
+    scene = pool.scenes[video]
+    target = corrected_scene(scene, window[-1], 4 * start - 4)
+    ahead = render_scene(target, 4 * STREAM_CHUNK + 1, size=window.shape[1])[1:]
+    clip = np.concatenate([pool.videos[video, :1], window, ahead])
+    clock = np.concatenate([[0.0], np.arange(start - STREAM_WINDOW, start + STREAM_CHUNK, dtype=np.float64)])
+    return clip, scene, clock
+
+
 def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
-                 codec: PixelCodec, anchor_frac: float = 0.0) -> Batch:  # fmt: skip
+                 codec: PixelCodec, anchor_frac: float = 0.0, causal_chunk: int = 0) -> Batch:  # fmt: skip
     """`batch` with a `fraction` of its clips (when they are segment-long, 9 latent frames)
     replaced by rollout clips: the context (2 latent frames, clean, no loss), the corrected target
     at one shifted-uniform sigma, the caption, the video's clock; `anchor_frac` of them anchored
     (the context's first latent frame a frame of the video's first segment, at `SINK_POSITION`).
-    Deterministic from (seed, step)."""
+    Deterministic from (seed, step). The causal variant (`causal_chunk`) mixes stream clips
+    instead (`stream_rollout_clip`, from a stream pool) into its 10-latent-frame clips."""
+    if causal_chunk:
+        return _mix_stream_rollouts(batch, pool, fraction, seed, step, shift, codec, causal_chunk)
     b, f = batch.sigmas.shape
     if pool is None or fraction <= 0 or f != SEGMENT_FRAMES // 4 + 1 or pool.seams < 1:
         return batch
@@ -226,3 +299,38 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
         captions[i] = scene.caption()
     return batch._replace(latents=latents, sigmas=sigmas, frames=frames, context=context, captions=captions,
                           positions=positions)  # fmt: skip
+
+
+def _mix_stream_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
+                         codec: PixelCodec, causal_chunk: int) -> Batch:  # fmt: skip
+    """`mix_rollouts` for the causal variant: a `fraction` of its 10-latent-frame clips become
+    stream clips; sink and window clean (no loss), the chunk at one shifted-uniform sigma."""
+    if pool is None or fraction <= 0:
+        return batch
+    if not pool.streamed or causal_chunk != STREAM_CHUNK:
+        raise ValueError(f"the causal variant (chunks of {causal_chunk}) trains on a pool streamed in chunks of "
+                         f"{STREAM_CHUNK} (`make_pool` with the causal preset); this pool is "
+                         f"{'streamed' if pool.streamed else 'chained renders'}")  # fmt: skip
+    b, f = batch.sigmas.shape
+    starts = pool.chunk_starts
+    if f != STREAM_CLIP_LATENT or not starts:
+        return batch
+    rng = random.Random(seed * 1_000_003 + step + 3_000_000_019)
+    g = torch.Generator().manual_seed(seed * 7_919 + step + 3_000_000_019)
+    picks = [i for i in range(b) if rng.random() < fraction]
+    if not picks:
+        return batch
+    latents, sigmas = batch.latents.clone(), batch.sigmas.clone()
+    frames, context, captions = batch.frames.clone(), batch.context.clone(), list(batch.captions)
+    seen = STREAM_SINK + STREAM_WINDOW
+    for i in picks:
+        video, start = rng.randrange(len(pool.videos)), rng.choice(starts)
+        clip, scene, clock = stream_rollout_clip(pool, video, start)
+        latents[i] = codec.encode(uint8_to_video(clip))[0]
+        sigmas[i] = shifted_sigma(torch.rand(1, generator=g), shift).expand(f).clone()
+        sigmas[i, :seen] = 0.0
+        context[i] = False
+        context[i, :seen] = True
+        frames[i] = torch.from_numpy(clock).to(frames.dtype)
+        captions[i] = scene.caption()
+    return batch._replace(latents=latents, sigmas=sigmas, frames=frames, context=context, captions=captions)

@@ -62,17 +62,22 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
     if not path.is_file():
         from videogen.models.loader import load_model
 
-        log(f"rollouts: rendering {cfg.rollout_chains} chains of {cfg.rollout_seconds:g} s into {path}")
-        model = load_model("builtin", device="cpu", dtype="float32", attention="dense")
+        made = "streaming" if cfg.causal_chunk else "rendering"
+        log(f"rollouts: {made} {cfg.rollout_chains} chains of {cfg.rollout_seconds:g} s into {path}")
+        preset = "builtin-causal" if cfg.causal_chunk else "builtin"  # the causal variant's pool is its own streams
+        model = load_model(preset, device="cpu", dtype="float32", attention="dense")
         if cfg.init:  # the pool is the weights being fine-tuned's own output
             load_weights(model.transformer, model.prompt_encoder, cfg.init)
-        if cfg.rollout_anchor is not None:  # ... rendered as those weights are rendered
+        if cfg.rollout_anchor is not None and not cfg.causal_chunk:  # ... rendered as those weights are rendered
             model.preset = dataclasses.replace(model.preset, anchor_frame=cfg.rollout_anchor or None)
         make_pool(model, path, cfg.rollout_chains, cfg.rollout_seconds, cfg.seed, cfg.rollout_two_objects)
     pool = RolloutPool.load(path)
-    log(
-        f"rollouts: {len(pool.videos)} videos, {pool.seams} seams each, in {cfg.rollout_frac:.0%} of segment-long clips"
-    )
+    if cfg.causal_chunk:
+        log(f"rollouts: {len(pool.videos)} streams, {len(pool.chunk_starts)} chunks each, "
+            f"in {cfg.rollout_frac:.0%} of 10-latent-frame clips")  # fmt: skip
+    else:
+        log(f"rollouts: {len(pool.videos)} videos, {pool.seams} seams each, "
+            f"in {cfg.rollout_frac:.0%} of segment-long clips")  # fmt: skip
     return pool
 
 
@@ -121,7 +126,8 @@ def train_builtin(
             log(f"time budget {cfg.minutes:g} min: {total} steps at {rate:.2f} steps/s (the same run: --steps {total})")
         t_step = time.perf_counter()
         batch = own_context(transformer, encoder, make_batch(cfg, step, codec), cfg, step)
-        batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec, cfg.anchor_frac)
+        batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec, cfg.anchor_frac,
+                             cfg.causal_chunk)  # fmt: skip
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total)
         try:
