@@ -50,7 +50,8 @@ class TrainConfig:
     # an .npz made by `make_pool`, from `rollout_chains` videos of `rollout_seconds` rendered with
     # the `init` weights when the file is missing); `rollout_frac` of the segment-long clips then
     # continue a context cut from it at a seam, towards the scene redrawn clean from where the
-    # rollout left each object. 0: off (the shipped base recipe).
+    # rollout left each object. 0: off (the shipped base recipe). With `causal_chunk` the pool is the
+    # causal variant's own streams and the clips are its 10-latent-frame ones (sink, window, chunk).
     rollouts: str = ""
     rollout_frac: float = 0.0
     # Anchored continuations (rendering's `anchor_frame`): this share of the continuations on a

@@ -14,6 +14,12 @@ last context frame), moving on as its caption says (a bounce in the direction th
 time), drawn clean, at the true size and shape. So the model learns to continue from where its
 own output is, and to repair the object rather than copy it. The clip's clock is the video's, as
 rendering sees it.
+
+The causal variant's rollouts are its own gate-off streams (a *stream pool*): a clip is what one
+chunk saw in its KV cache (the sink, the stream's first frame, and the window, the 6 latent frames
+before the chunk), then the corrected target for the chunk's 3 latent frames, at the RoPE
+positions and clock the stream gave them (Self-Forcing's training on the model's own rollouts,
+with the scene generator's correction as the target).
 """
 
 from __future__ import annotations
