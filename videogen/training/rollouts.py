@@ -277,13 +277,10 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
     b, f = batch.sigmas.shape
     if pool is None or fraction <= 0 or f != SEGMENT_FRAMES // 4 + 1 or pool.seams < 1:
         return batch
-    rng = random.Random(seed * 1_000_003 + step + 3_000_000_019)
-    g = torch.Generator().manual_seed(seed * 7_919 + step + 3_000_000_019)
-    picks = [i for i in range(b) if rng.random() < fraction]
+    rng, g, picks = _mixing_draws(b, fraction, seed, step)
     if not picks:
         return batch
-    latents, sigmas = batch.latents.clone(), batch.sigmas.clone()
-    frames, context, captions = batch.frames.clone(), batch.context.clone(), list(batch.captions)
+    latents, sigmas, frames, context, captions = _copies(batch)
     positions = batch.positions
     if anchor_frac > 0:
         positions = torch.arange(f, dtype=torch.float64).repeat(b, 1) if positions is None else positions.clone()
@@ -307,6 +304,27 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
                           positions=positions)  # fmt: skip
 
 
+def _mixing_draws(
+    batch_size: int, fraction: float, seed: int, step: int
+) -> tuple[random.Random, torch.Generator, list[int]]:
+    """The mixing's own random streams, deterministic from (seed, step) and apart from the batch's,
+    and the clips it replaces (each with probability `fraction`)."""
+    rng = random.Random(seed * 1_000_003 + step + 3_000_000_019)
+    g = torch.Generator().manual_seed(seed * 7_919 + step + 3_000_000_019)
+    return rng, g, [i for i in range(batch_size) if rng.random() < fraction]
+
+
+def _copies(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """Copies of the batch fields a mixing rewrites: latents, sigmas, frames, context, captions."""
+    return (
+        batch.latents.clone(),
+        batch.sigmas.clone(),
+        batch.frames.clone(),
+        batch.context.clone(),
+        list(batch.captions),
+    )
+
+
 def _mix_stream_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
                          codec: PixelCodec, causal_chunk: int) -> Batch:  # fmt: skip
     """`mix_rollouts` for the causal variant: a `fraction` of its 10-latent-frame clips become
@@ -321,13 +339,10 @@ def _mix_stream_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float
     starts = pool.chunk_starts
     if f != STREAM_CLIP_LATENT or not starts:
         return batch
-    rng = random.Random(seed * 1_000_003 + step + 3_000_000_019)
-    g = torch.Generator().manual_seed(seed * 7_919 + step + 3_000_000_019)
-    picks = [i for i in range(b) if rng.random() < fraction]
+    rng, g, picks = _mixing_draws(b, fraction, seed, step)
     if not picks:
         return batch
-    latents, sigmas = batch.latents.clone(), batch.sigmas.clone()
-    frames, context, captions = batch.frames.clone(), batch.context.clone(), list(batch.captions)
+    latents, sigmas, frames, context, captions = _copies(batch)
     seen = STREAM_SINK + STREAM_WINDOW
     for i in picks:
         video, start = rng.randrange(len(pool.videos)), rng.choice(starts)
