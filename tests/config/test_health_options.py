@@ -60,6 +60,16 @@ def test_a_bad_give_up_after_in_the_presets_file_is_named(presets_file, value):
         load_presets()
 
 
+@pytest.mark.parametrize("value", ["-0.5", "11", "lots"])
+def test_a_bad_retry_budget_in_the_presets_file_is_named(presets_file, value):
+    presets_file(
+        "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
+        f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      retry_budget: {value}\n"
+    )
+    with pytest.raises(ModelLoadError, match=f"preset 'm' .*retry_budget must be a share of segments .*{value}"):
+        load_presets()
+
+
 def test_the_stream_preset_gives_up_on_a_failing_run_and_the_render_preset_does_not():
     # Measured at five minutes (docs/builtin-model.md, "Giving up on a failing run"): a stream
     # stalls while a chunk is re-generated; a render keeps every retry. The rest of the gate is shared.

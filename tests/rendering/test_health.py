@@ -312,6 +312,25 @@ def test_gate_for_withholds_retries_after_a_failing_run_only_when_asked():
             HealthConfig(give_up_after=bad)
 
 
+def test_gate_for_spends_no_more_than_the_retry_budget():
+    from videogen.sampling.health import gate_for
+
+    budget = HealthConfig(retries=2, retry_budget=0.15)
+    assert gate_for(budget, 0, 0, 0) is budget  # the bucket starts full
+    assert gate_for(budget, 0, 2, 0).retries == 0 and gate_for(budget, 0, 1, 0).retries == 1
+    assert gate_for(budget, 0, 2, 7).retries == 1  # floor(0.15 x 7) = 1 back
+    # Every segment failing every attempt: the retries stay within 2 + 15% of the segments.
+    used = 0
+    for judged in range(300):
+        used += gate_for(budget, judged, used, judged).retries
+    assert used == 2 + 44  # floor(0.15 x 299): the last segment spends what the 299 before it earned
+    none = HealthConfig(retries=2)
+    assert gate_for(none, 0, 500, 10) is none  # no budget: no bound
+    for bad in (-0.1, 11, True, "0.1", float("nan")):
+        with pytest.raises(ValueError, match="retry_budget"):
+            HealthConfig(retry_budget=bad)
+
+
 def test_the_failing_run_counts_this_shots_failing_segments_and_survives_a_checkpoint():
     from videogen.rendering.gate import HealthHistory
 
@@ -351,19 +370,24 @@ def _plant_black_segments(monkeypatch, model, always: set[int], first_only: set[
     monkeypatch.setattr(model.codec, "decode", decode)
 
 
-@pytest.mark.parametrize(("give_up_after", "expected"), [
-    (1, [(1, ()), (3, ("black",)), (1, ("black",)), (1, ("black",)), (1, ()), (2, ()), (1, ())]),
-    (0, [(1, ()), (3, ("black",)), (2, ()), (2, ()), (1, ()), (2, ()), (1, ())]),
+@pytest.mark.parametrize(("gate", "expected", "withheld"), [
+    ({"give_up_after": 1}, [(1, ()), (3, ("black",)), (1, ("black",)), (1, ("black",)), (1, ()), (2, ()), (1, ())],
+     [2, 3, 4]),  # 4 had none to spend either
+    ({"give_up_after": 0}, [(1, ()), (3, ("black",)), (2, ()), (2, ()), (1, ()), (2, ()), (1, ())], []),
+    # A budget of half a retry per segment: 2 + floor(0.5 x judged) in all. Segment 1 spends 2,
+    # 2 may spend 2 + 1 - 2 = 1 (and passes on it), 3 none (kept black), 5 one again.
+    ({"retry_budget": 0.5}, [(1, ()), (3, ("black",)), (2, ()), (1, ("black",)), (1, ()), (2, ()), (1, ())],
+     [2, 3, 4, 5, 6]),
 ])  # fmt: skip
-def test_a_render_stops_retrying_a_failing_run_and_resumes_once_a_segment_passes(builtin_model, tmp_path, monkeypatch,
-                                                                                  give_up_after, expected):  # fmt: skip
+def test_a_render_stops_retrying_a_failing_run_or_over_its_budget(builtin_model, tmp_path, monkeypatch, gate, expected,
+                                                                   withheld):  # fmt: skip
     import copy
     import dataclasses
     import json
 
     model = copy.copy(builtin_model)
-    model.preset = dataclasses.replace(builtin_model.preset, health=dataclasses.replace(builtin_model.preset.health,
-                                                                                        give_up_after=give_up_after))  # fmt: skip
+    model.preset = dataclasses.replace(builtin_model.preset,
+                                       health=dataclasses.replace(builtin_model.preset.health, **gate))  # fmt: skip
     # Segment 1 black in every attempt, 2, 3 and 5 in their first: given up after one failing
     # segment, 2 and 3 are judged once and kept black; 4 passes its one attempt, so 5 is
     # re-sampled again.
@@ -371,6 +395,6 @@ def test_a_render_stops_retrying_a_failing_run_and_resumes_once_a_segment_passes
     spec = RenderSpec.single(PROMPT, 12.5, seed=4, steps=4, health_checks=["black"], retries=2)
     events = list(render(spec, tmp_path / "v.mp4", model=model, thumbnail=False))
     assert [(e.attempts, e.failed_checks) for e in events if isinstance(e, SegmentFinished)] == expected
-    records = json.loads((tmp_path / "v.mp4.drift.json").read_text())["health"]["segments"]
-    withheld = [r["segment"] for r in records if r.get("retries_withheld")]
-    assert withheld == ([2, 3, 4] if give_up_after else [])  # 4 had none to spend either
+    report = json.loads((tmp_path / "v.mp4.drift.json").read_text())["health"]
+    assert [r["segment"] for r in report["segments"] if r.get("retries_withheld")] == withheld
+    assert report["retries_used"] == sum(a - 1 for a, _ in expected)

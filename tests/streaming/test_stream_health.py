@@ -98,3 +98,18 @@ def test_after_give_up_after_failing_chunks_the_next_is_judged_but_not_regenerat
     _plant_black_always(monkeypatch, chunks={1}, first_only={2, 3})
     always = list(stream(spec, with_give_up(0)))  # 0: every failing chunk re-generated
     assert [(c.attempts, c.failed_checks) for c in always[1:4]] == [(3, ("black",)), (2, ()), (2, ())]
+
+
+def test_a_stream_spends_no_more_retries_than_its_budget(causal_model, monkeypatch):
+    import copy
+    import dataclasses
+
+    model = copy.copy(causal_model)
+    model.preset = dataclasses.replace(causal_model.preset, health=dataclasses.replace(
+        causal_model.preset.health, give_up_after=0, retry_budget=0.0))  # fmt: skip
+    spec = StreamSpec(PROMPT, seconds=3.0, steps=4, health_checks=["black"], retries=2)
+    _plant_black_always(monkeypatch, chunks={1}, first_only={2, 3})
+    chunks = list(stream(spec, model))
+    # A budget of 0: the stream's 2 retries in all, which chunk 1 spends; 2 and 3 are kept black.
+    assert [(c.attempts, c.failed_checks) for c in chunks[:4]] == [(1, ()), (3, ("black",)), (1, ("black",)),
+                                                                    (1, ("black",))]  # fmt: skip

@@ -54,6 +54,11 @@ class HealthConfig:
     # before the seam) is one no new noise brings back, and retrying it costs the whole render
     # time. 0: always re-sample. `videogen.sampling.health.gate_for`.
     give_up_after: int = 0
+    # The retries one render (or stream) may spend, as a share of its segments (or chunks): a
+    # segment is re-sampled only while the retries used stay within `retries` + this share of the
+    # segments judged before it (a bucket that starts full), so retries add at most about this
+    # share to the sampling time however many segments keep failing. None: no such bound.
+    retry_budget: float | None = None
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -79,6 +84,10 @@ class HealthConfig:
             raise ValueError(f"retries must be in 0..{MAX_RETRIES}")
         if not isinstance(self.give_up_after, int) or isinstance(self.give_up_after, bool) or self.give_up_after < 0:
             raise ValueError(f"give_up_after must be a whole number >= 0, got {self.give_up_after!r}")
+        budget = self.retry_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
+                                   or not 0 <= budget <= MAX_RETRIES):  # fmt: skip
+            raise ValueError(f"retry_budget must be a share of segments in 0..{MAX_RETRIES} or null, got {budget!r}")
 
     @property
     def enabled(self) -> bool:

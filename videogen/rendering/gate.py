@@ -82,7 +82,7 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
     yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt."""
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         history.new_shot()
-    config = gate_for(inputs.resolved.health, history.failing_run)
+    config = gate_for(inputs.resolved.health, history.failing_run, history.retries_used, len(history.records))
     withheld = config.retries < inputs.resolved.health.retries
     prefix = seg.overlap_frames if not seg.first_in_shot else (1 if _image_prefix(seg, inputs) else 0)
 

@@ -37,6 +37,7 @@ its shot and the shot's anchor (first) segment:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -335,12 +336,18 @@ class GateResult:
                 "reasons": [list(v.failed) for v in self.verdicts]}  # fmt: skip
 
 
-def gate_for(config: HealthConfig, failing_run: int) -> HealthConfig:
+def gate_for(config: HealthConfig, failing_run: int, retries_used: int = 0, judged: int = 0) -> HealthConfig:
     """The gate for the next segment after `failing_run` segments in a row kept a failing attempt
     (counted from the shot's, or the prompt's, first): with `give_up_after` N > 0 and a run of N or
-    more, the same checks without re-sampling, until a segment passes and the run ends."""
+    more, the same checks without re-sampling, until a segment passes and the run ends. With a
+    `retry_budget` B, after `retries_used` retries over the `judged` segments before this one (the
+    whole render's, or stream's), at most `retries` + floor(B x judged) - `retries_used` retries."""
     if config.give_up_after and failing_run >= config.give_up_after and config.retries:
         return replace(config, retries=0)
+    if config.retry_budget is not None:
+        left = max(0, config.retries + math.floor(config.retry_budget * judged + 1e-9) - retries_used)
+        if left < config.retries:
+            return replace(config, retries=left)
     return config
 
 

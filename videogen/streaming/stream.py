@@ -174,7 +174,9 @@ def _gated(state: StreamState, health: HealthConfig, sample: Callable[[int], Gen
         shown = frames if lead is None else np.concatenate([lead[None], frames])
         return check_segment(shown, 0 if lead is None else 1, state.health_previous, state.health_anchor, health)
 
-    result = run_to_end(run_gate(sample, decode, judge, gate_for(health, state.failing_run)))
+    result = run_to_end(
+        run_gate(sample, decode, judge, gate_for(health, state.failing_run, state.retries, state.chunk))
+    )
     state.failing_run = state.failing_run + 1 if result.failed else 0
     stats = result.verdicts[result.chosen].stats
     state.health_anchor = state.health_anchor or stats
