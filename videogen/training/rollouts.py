@@ -19,9 +19,7 @@ The causal variant's rollouts are its own gate-off streams (a *stream pool*): a 
 chunk saw in its KV cache (the sink, the stream's first frame, and the window, the 6 latent frames
 before the chunk), then the corrected target for the chunk's 3 latent frames, at the RoPE
 positions and clock the stream gave them (Self-Forcing's training on the model's own rollouts,
-with the scene generator's correction as the target). A stream clip's bounce keeps the heading
-the window shows (`_bounce_heading`): a target that turned it round to the scene's own phase, which the
-rollout no longer follows, taught the variant to stop bouncing (docs/builtin-model.md).
+with the scene generator's correction as the target).
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ from videogen.training.scenes import (
     Scene,
     SceneObject,
     _position,
-    _reflect,
     canonical_start,
     colour_mask,
     random_scene,
@@ -191,57 +188,27 @@ class RolloutPool:
         return list(range(first, last + 2, STREAM_CHUNK))
 
 
-# A bounce's heading is read off the rollout's frames this many frames back (every other frame of
-# two latent frames: a model that moves in latent-frame steps still moves in that span).
-HEADING_BACK = (2, 4, 6, 8)
-
-
-def corrected_scene(scene: Scene, last: np.ndarray, frame: int, history: np.ndarray | None = None) -> Scene:
+def corrected_scene(scene: Scene, last: np.ndarray, frame: int) -> Scene:
     """`scene` restarted at the rollout's frame `frame` (whose pixels are `last` (H, W, 3)): each
     object where the rollout shows it (the scene's own position there when its colour is not
-    found), moving on as at that time in the scene (a bounce keeps its current direction).
-    `history`: the rollout's frames before `last` (T, H, W, 3), the latest last; a bounce then
-    keeps the heading the rollout was moving it in (`_bounce_heading`), at the scene's speed on
-    each axis, so the target does not turn round an object the rollout shows moving the other way
-    from the scene's own phase."""
+    found), moving on as at that time in the scene (a bounce keeps its current direction)."""
     size = last.shape[0]
     objects = []
     for o in scene.objects:
         found = _largest_piece(last, o.colour)
-        dx, dy = _centroid_offset(o.shape, size)
         if found is not None:  # its largest piece's centroid, less where the shape's centroid sits from its centre
+            dx, dy = _centroid_offset(o.shape, size)
             x, y = found[0] - dx, found[1] - dy
         else:
             x, y = _position(o, frame, size)
         angle = o.angle
         if o.motion == "bouncing":
             (x1, y1), (x2, y2) = _position(o, frame, size), _position(o, frame + 1, size)
+            angle = math.atan2(y2 - y1, x2 - x1)
             r = RADIUS * size / 64  # a bounce is drawn by reflection inside [r, size - r]
             x, y = min(max(x, r), size - r), min(max(y, r), size - r)
-            vx, vy = x2 - x1, y2 - y1
-            if history is not None and found is not None:
-                seen = [(j, _largest_piece(history[-j], o.colour)) for j in HEADING_BACK if j <= len(history)]
-                past = [(j, (p[0] - dx, p[1] - dy)) for j, p in seen if p is not None]
-                vx = _bounce_heading(x, [(j, p[0]) for j, p in past], vx, r, size)
-                vy = _bounce_heading(y, [(j, p[1]) for j, p in past], vy, r, size)
-            angle = math.atan2(vy, vx)
         objects.append(SceneObject(o.colour, o.shape, o.motion, x / size, y / size, angle))
     return Scene(tuple(objects), scene.background, scene.lighting)
-
-
-def _bounce_heading(now: float, past: list[tuple[int, float]], v: float, r: float, size: int) -> float:
-    """The velocity `v` (per frame, on one axis) with the sign that better explains where the
-    rollout had the object `j` frames back (`past`: (j, position)), run backwards from `now` with
-    reflection inside [r, size - r] as the scenes bounce; `v` as it is when neither sign does
-    better by a pixel over the samples (the axis hardly moves, or the rollout stood still)."""
-    span = size - 2 * r
-    errors = []
-    for sign in (1.0, -1.0):
-        back = [r + _reflect(now - r - sign * abs(v) * j, span) for j, _ in past]
-        errors.append(sum(abs(b - q) for b, (_, q) in zip(back, past, strict=True)))
-    if abs(errors[0] - errors[1]) < 1.0:
-        return v
-    return abs(v) if errors[0] < errors[1] else -abs(v)
 
 
 def _largest_piece(frame: np.ndarray, colour: str, min_pixels: int = 12) -> tuple[float, float] | None:
@@ -287,11 +254,10 @@ def stream_rollout_clip(pool: RolloutPool, video: int, start: int) -> tuple[np.n
     """(frames (37, H, W, 3), scene, clock (10,)): what a stream's chunk at latent frame `start`
     (`RolloutPool.chunk_starts`) saw of pool video `video`: its sink (the video's first frame)
     and window (the 6 latent frames before `start`), then the corrected target for the chunk's
-    3 latent frames, a bounce heading the way the window moved it. The clock is each latent
-    frame's index in the stream, as the stream saw it."""
+    3 latent frames. The clock is each latent frame's index in the stream, as the stream saw it."""
     window = pool.videos[video, 4 * (start - STREAM_WINDOW) - 3 : 4 * start - 3]  # latent frames start-6 .. start-1
     scene = pool.scenes[video]
-    target = corrected_scene(scene, window[-1], 4 * start - 4, history=window[:-1])
+    target = corrected_scene(scene, window[-1], 4 * start - 4)
     ahead = render_scene(target, 4 * STREAM_CHUNK + 1, size=window.shape[1])[1:]
     clip = np.concatenate([pool.videos[video, :1], window, ahead])
     clock = np.concatenate([[0.0], np.arange(start - STREAM_WINDOW, start + STREAM_CHUNK, dtype=np.float64)])
