@@ -52,7 +52,7 @@ class HealthHistory:
             self.anchor = self.anchor or stats
             self.previous = stats
         record = result.record(seg.index)
-        if retries_withheld:  # `give_up_after`: judged, not re-sampled
+        if retries_withheld:  # `give_up_after` or `retry_budget`: fewer re-samplings allowed than `retries`
             record["retries_withheld"] = True
         self.records.append(record)
 
