@@ -50,23 +50,17 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
         load_presets()
 
 
-@pytest.mark.parametrize("value", ["-1", "1.5", "two"])
-def test_a_bad_give_up_after_in_the_presets_file_is_named(presets_file, value):
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("give_up_after", "-1", "must be a whole number >= 0"), ("give_up_after", "1.5", "must be a whole number >= 0"),
+    ("give_up_after", "two", "must be a whole number >= 0"), ("retry_budget", "-0.5", "must be a share of segments"),
+    ("retry_budget", "11", "must be a share of segments"), ("retry_budget", "lots", "must be a share of segments"),
+])  # fmt: skip
+def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(
         "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
-        f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      give_up_after: {value}\n"
+        f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      {field}: {value}\n"
     )
-    with pytest.raises(ModelLoadError, match=f"preset 'm' .*give_up_after must be a whole number >= 0, got .*{value}"):
-        load_presets()
-
-
-@pytest.mark.parametrize("value", ["-0.5", "11", "lots"])
-def test_a_bad_retry_budget_in_the_presets_file_is_named(presets_file, value):
-    presets_file(
-        "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
-        f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      retry_budget: {value}\n"
-    )
-    with pytest.raises(ModelLoadError, match=f"preset 'm' .*retry_budget must be a share of segments .*{value}"):
+    with pytest.raises(ModelLoadError, match=f"preset 'm' .*{field} {says}.*{value}"):
         load_presets()
 
 
