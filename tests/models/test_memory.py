@@ -58,6 +58,30 @@ def test_an_offloaded_model_renders_exactly_what_the_resident_one_does(tiny_wan2
         assert all(hasattr(block, "_diffusers_hook") for block in model.transformer.blocks)
 
 
+def test_an_offloaded_prompt_encoder_returns_its_embedding_on_the_execution_device(tiny_wan21):
+    # The CPU as execution device cannot show a device mismatch; the meta device can (a CPU
+    # tensor in a meta op raises, as a CPU one in a CUDA op does). Seen on an H200: the encoder's
+    # weights start on the CPU, its hook runs it on the GPU, and its mask must follow `hidden`.
+    # UMT5 itself reads values (`.item()`), which meta tensors lack: an embedding stands in.
+    from types import SimpleNamespace
+
+    from videogen.models.text import T5PromptEncoder
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(1000, 8)
+
+        def forward(self, ids, mask):
+            return SimpleNamespace(last_hidden_state=self.embed(ids))
+
+    encoder = T5PromptEncoder(_load(tiny_wan21).prompt_encoder.tokenizer, Encoder(), max_length=16)
+    meta = torch.device("meta")
+    ComponentOffload(meta).attach(encoder.text_encoder)
+    embedding = encoder.encode(["a red cat moving left"])
+    assert embedding.device == meta and embedding.shape == (1, 16, 8)
+
+
 def test_component_offload_keeps_one_component_on_the_device_at_a_time(tiny_wan21):
     model = _load(tiny_wan21)
     offload = apply_offload(model, "model", CPU)

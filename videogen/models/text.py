@@ -54,7 +54,9 @@ class T5PromptEncoder:
         device = next(self.text_encoder.parameters()).device
         ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
         hidden = self.text_encoder(ids, mask).last_hidden_state.float()  # (B, L, D)
-        return hidden * mask.unsqueeze(-1).to(hidden.dtype)  # zero past each prompt, as Wan does
+        # Under offload (`videogen.models.memory`) the encoder's hook runs it on the GPU while its
+        # weights, and so `ids` and `mask` here, start on the CPU: the mask goes where `hidden` is.
+        return hidden * mask.to(hidden.device).unsqueeze(-1).to(hidden.dtype)  # zero past each prompt, as Wan does
 
 
 class VocabPromptEncoder(nn.Module):
