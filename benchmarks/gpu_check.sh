@@ -29,9 +29,12 @@ while [[ $# -gt 0 ]]; do
 done
 
 unset TRITON_INTERPRET  # compile for the GPU
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# videogen must be installed (`pip install -e .`: kernels/ installs as videogen.kernels); the
+# checkout's root on PYTHONPATH would not map it, and lets transformers 5 take kernels/ for
+# Hugging Face's `kernels` package.
 python - <<'PY' || exit 1
 import torch
+import videogen.kernels  # noqa: F401  (pip install -e . first)
 assert torch.cuda.is_available(), "gpu_check.sh needs a CUDA GPU"
 print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
 PY

@@ -26,11 +26,13 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout
+# Not the checkout's root: videogen comes installed (`pip install -e .`), and a root on sys.path
+# lets transformers 5 find kernels/ as Hugging Face's `kernels` package and fail importing it.
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_wan.py: the tokenizer and the tiny configs
 
 # Wan 2.1 T2V 1.3B's transformer config (Wan-AI/Wan2.1-T2V-1.3B-Diffusers, transformer/config.json).
@@ -183,6 +185,7 @@ def main() -> int:
             try:
                 result = run_variant(variant, folder, out, args, device, dtype)
             except Exception as exc:  # one variant's failure must not hide the others' numbers
+                traceback.print_exc()
                 result = dict(bench="gpu_e2e", variant=variant["name"], error=f"{type(exc).__name__}: {exc}"[:500])
             else:
                 db = psnr(work / "dense.mp4", out)  # inf: identical frames (JSON has no infinity)
