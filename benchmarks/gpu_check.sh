@@ -64,5 +64,7 @@ if [[ "$RUN_E2E" == 1 ]]; then
   stage "end-to-end Wan 2.1 1.3B architecture (random weights), 832x480x33, 4 steps" 200 \
     python benchmarks/gpu_e2e.py --steps 4 --frames 33 --size 832x480
 fi
+# The peak-memory estimate's constants against what the GPU holds (CPU figures: docs/architecture.md).
+stage "activation memory: measured vs estimate" 90 python benchmarks/memory.py
 echo "gpu_check.sh: total $SECONDS s, exit $STATUS"
 exit "$STATUS"

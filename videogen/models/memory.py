@@ -13,9 +13,10 @@ memory guide ("Reduce memory usage": model CPU offloading, group offloading):
   the text encoder (or the VAE and its activations), or two transformer blocks plus activations.
   This is what runs Wan 2.1 14B and Wan 2.2 A14B (28 GiB of bf16 weights per expert) on a 24 GB GPU.
 
-`estimate_memory` adds up parameters x dtype bytes per component and a rough activation figure
-from the token count (`MemoryEstimate.describe()`: the line `load_model` logs and `videogen
-render` prints). VAE tiling for large frames is the codec's (`WanVAECodec.tiling`).
+`estimate_memory` adds up parameters x dtype bytes per component and the activations of a
+transformer forward (per token) and a VAE decode (per pixel of its last stage), each from constants
+that benchmarks/memory.py measures (`MemoryEstimate.describe()`: the line `load_model` logs and
+`videogen render` prints). VAE tiling for large frames is the codec's (`WanVAECodec.tiling`).
 """
 
 from __future__ import annotations
@@ -30,17 +31,19 @@ from videogen.config.presets import OFFLOAD_MODES, VAE_TILING_MODES
 from videogen.errors import InvalidOption
 
 GIB = 1024**3
-# Live tensors of one transformer block's forward, per token and batch row, at the worst moment:
-# inside the feed-forward, its hidden in and out of the GELU (2 F wide) beside the residual, the
-# normed input and the modulation (3 D); inside attention about 7 D (residual, norm, q, k, v,
-# output, a RoPE temporary). An estimate, not a measurement: benchmarks/gpu_e2e.py prints
-# torch.cuda.max_memory_allocated beside it.
-FFN_PHASE = (2, 3)  # (x F, x D)
-ATTENTION_PHASE_WIDTHS = 7  # x D
-# Wan's causal VAE decodes one latent frame (4 frames) at a time; at full resolution its last
-# stage holds about this many tensors of `decoder dim x 4 x H x W` fp32 values (feature caches,
-# residual branch, upsampling output). Rough, as above.
-VAE_FULL_RES_TENSORS = 5
+# Live activations of one transformer block's forward, in values at the model's dtype per token and
+# batch row, at its worst moment: inside the feed-forward 2 F + 4 D (the GELU's input and output,
+# the residual, the fp32 norm), inside self-attention 12 D (q, k, v, their fp32 RoPE temporaries,
+# the output, the residual). Measured by benchmarks/memory.py on Wan 2.1 1.3B and 14B blocks (CPU,
+# resident high-water mark): within 4% of these at both shapes.
+FFN_PHASE = (2, 4)  # (x F, x D)
+ATTENTION_PHASE_WIDTHS = 12  # x D
+# Wan's causal VAE decodes one latent frame (4 frames) at a time; its peak is in the last stage, at
+# about this many fp32 tensors of `decoder_base_dim x 4 x H x W` (H x W divided by the patch size
+# for a patchifying VAE). Plain (Wan 2.1's VAE): 15, from the H200's peak at 832x480 (8.6 GiB of
+# activations; the CPU measures 13.2). Residual (Wan 2.2's): 20.0 measured on the CPU
+# (benchmarks/memory.py), scaled by Wan 2.1's GPU/CPU ratio to 23.
+VAE_LAST_STAGE_TENSORS = {False: 15.0, True: 23.0}  # by `is_residual`
 
 
 def check_offload(mode: str, device: torch.device) -> str:
@@ -193,11 +196,10 @@ def estimate_memory(model: Any, offload: str, *, width: int, height: int, latent
     pt, ph, pw = (int(p) for p in cfg.patch_size)
     s = model.codec.spatial_factor
     tokens = -(-latent_frames // pt) * (height // s // ph) * (width // s // pw)
-    width_d = int(cfg.num_attention_heads) * int(cfg.attention_head_dim)
     act_bytes = torch.finfo(model.dtype).bits // 8
-    per_token = max(FFN_PHASE[0] * int(cfg.ffn_dim) + FFN_PHASE[1] * width_d, ATTENTION_PHASE_WIDTHS * width_d)
-    transformer_act = batch * tokens * per_token * act_bytes
-    vae_act = _vae_activations(model.codec, width, height, vae_tiling)
+    transformer_act = batch * tokens * transformer_token_values(cfg) * act_bytes
+    frames = (latent_frames - 1) * model.codec.temporal_factor + 1
+    vae_act = vae_decode_bytes(model.codec, width, height, frames, vae_tiling)
     experts = [c for c in components if c.name.startswith("transformer")]
     encoder = by_name.get("text encoder")
     vae = by_name.get("VAE")
@@ -213,19 +215,39 @@ def estimate_memory(model: Any, offload: str, *, width: int, height: int, latent
     return MemoryEstimate(components, offload, transformer_act, vae_act, peak)
 
 
-def _vae_activations(codec: Any, width: int, height: int, tiling: bool) -> int:
+def transformer_token_values(cfg: Any) -> int:
+    """Live activation values per token and batch row at the worst moment of one block's forward
+    (`FFN_PHASE`, `ATTENTION_PHASE_WIDTHS`), for a Wan transformer config."""
+    d = int(cfg.num_attention_heads) * int(cfg.attention_head_dim)
+    return max(FFN_PHASE[0] * int(cfg.ffn_dim) + FFN_PHASE[1] * d, ATTENTION_PHASE_WIDTHS * d)
+
+
+def vae_decode_bytes(codec: Any, width: int, height: int, frames: int, tiling: bool) -> int:
+    """Device bytes of decoding `frames` frames of `width` x `height` besides the VAE's weights:
+    the last stage's activations (`VAE_LAST_STAGE_TENSORS`, at tile size when tiling) and the
+    decoded video, held twice at the end (the frames joined, then clamped); tiled, every tile's
+    frames are held before they are blended, overlaps included."""
+    output = 3 * frames * width * height * 4
     vae = getattr(codec, "vae", None)
     if vae is None:  # the built-in pixel codec: a reshape
-        return 3 * codec.temporal_factor * width * height * 4
+        return 2 * output
     cfg = vae.config
     dim = int(getattr(cfg, "decoder_base_dim", None) or cfg.base_dim)
+    patch = int(getattr(cfg, "patch_size", None) or 1)
+    tiles = 0
     if tiling:
-        width, height = min(width, vae.tile_sample_min_width), min(height, vae.tile_sample_min_height)
-    return VAE_FULL_RES_TENSORS * dim * codec.temporal_factor * width * height * 4
+        tile_w, tile_h = vae.tile_sample_min_width, vae.tile_sample_min_height
+        stride_w, stride_h = vae.tile_sample_stride_width, vae.tile_sample_stride_height
+        if width > tile_w or height > tile_h:
+            tiles = -(-width // stride_w) * -(-height // stride_h) * 3 * frames * tile_w * tile_h * 4
+            width, height = tile_w, tile_h
+    tensors = VAE_LAST_STAGE_TENSORS[bool(getattr(cfg, "is_residual", False))]
+    stage = dim * codec.temporal_factor * (width // patch) * (height // patch) * 4
+    return int(tensors * stage) + tiles + 2 * output
 
 
 def vae_tiling_on(mode: str, width: int, height: int) -> bool:
     """Whether a decode of `width` x `height` frames tiles: `on`, `off`, or `auto` from 720p
-    (1280x704, Wan 2.2's 720p, and up by area), where an untiled Wan 2.1 VAE decode's estimate
-    (`_vae_activations`) passes 6 GiB."""
+    (1280x704, Wan 2.2's 720p, and up by area), where an untiled Wan 2.1 VAE decode needs about
+    19 GiB (`vae_decode_bytes`; 8.6 GiB measured at 832x480 on an H200)."""
     return mode == "on" or (mode == "auto" and width * height >= 1280 * 704)
