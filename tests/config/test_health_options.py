@@ -54,6 +54,8 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
     ("give_up_after", "-1", "must be a whole number >= 0"), ("give_up_after", "1.5", "must be a whole number >= 0"),
     ("give_up_after", "two", "must be a whole number >= 0"), ("retry_budget", "-0.5", "must be a share of segments"),
     ("retry_budget", "11", "must be a share of segments"), ("retry_budget", "lots", "must be a share of segments"),
+    ("preview", "1", "must be a share of the denoising steps"), ("preview", "-0.1", "must be a share of the denoising"),
+    ("preview", "soon", "must be a share of the denoising steps"),
 ])  # fmt: skip
 def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(

@@ -3,6 +3,8 @@ retry noise, and renders whose planted collapse is retried (and never written)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -12,8 +14,16 @@ from videogen.config.resolve import resolve_render
 from videogen.config.spec import RenderSpec
 from videogen.errors import InvalidOption, NonFiniteLatents
 from videogen.rendering import SegmentFinished, SegmentRetried, render
-from videogen.sampling.health import attempt_noise, check_segment, colour_copies, run_gate, segment_stats
-from videogen.sampling.loop import StepProgress, segment_noise
+from videogen.sampling.health import (
+    NONFINITE,
+    attempt_noise,
+    check_segment,
+    colour_copies,
+    preview_step,
+    run_gate,
+    segment_stats,
+)
+from videogen.sampling.loop import Preview, StepProgress, segment_noise
 from videogen.training.scenes import canonical_start, parse_caption, render_scene
 
 CONFIG = HealthConfig(checks=HEALTH_CHECKS)  # every check, the built-in model's thresholds
@@ -164,7 +174,8 @@ def test_attempt_zero_is_todays_noise_and_later_attempts_are_fixed_by_seed_segme
 
 
 def _fake_sampler(outcomes):
-    def sample(attempt):
+    def sample(attempt, preview=0.0):
+        assert preview == 0.0
         yield StepProgress(0, 1, 1)
         if outcomes[attempt] == "nan":
             raise NonFiniteLatents("segment 0: NaN")
@@ -203,6 +214,83 @@ def test_the_gate_retries_keeps_the_best_attempt_and_never_keeps_nan():
     assert result.chosen == 1 and result.attempts == 3 and result.failed == ("black",)
     with pytest.raises(NonFiniteLatents):
         _drive(run_gate(_fake_sampler(["nan"] * 3), decode, judge_of(["ok"] * 3), CONFIG))
+
+
+def _previewing_sampler(calls, steps=6):
+    """Attempt a's latents are 10 a + 1 at its preview (after step 2 when asked), 10 a + 2 at its end."""
+
+    def sample(attempt, preview=0.0):
+        calls.append((attempt, preview))
+        at = preview_step(preview, steps)
+        for step in range(1, steps + 1):
+            yield StepProgress(0, step, steps)
+            if step == at:
+                yield Preview(step, torch.full((1,), 10.0 * attempt + 1))
+        return torch.full((1,), 10.0 * attempt + 2)
+
+    return sample
+
+
+@pytest.mark.parametrize(("verdicts", "chosen", "stopped", "steps", "kept"), [
+    # attempt 0 fails its preview, 1 passes both: 0 cost 2 steps, not 6
+    ({1: "bad", 11: "ok", 12: "ok"}, 1, (0,), 2 + 6, "ok"),
+    # every preview fails: the best (attempt 1's) runs on and is kept; its final verdict stands
+    ({1: "worse", 11: "bad", 21: "worse", 12: "bad"}, 1, (0, 2), 2 + 2 + 2 + 4, "bad"),
+    # 0 passes its preview but not its end; 1 and 2 fail their previews: 0 is kept, fully run
+    ({1: "ok", 2: "bad", 11: "bad", 21: "worse"}, 0, (1, 2), 6 + 2 + 2, "bad"),
+])  # fmt: skip
+def test_a_preview_stops_a_failing_attempt_early(verdicts, chosen, stopped, steps, kept):
+    from videogen.sampling.health import Verdict
+
+    scores = {"bad": 3.0, "worse": 5.0}
+
+    def judge(value):
+        kind = verdicts.get(int(value), "ok")
+        return Verdict() if kind == "ok" else Verdict(("black",), scores[kind])
+
+    calls = []
+    config = replace(CONFIG, checks=("black",), preview=0.34)
+    result, events = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
+    assert (result.chosen, result.stopped, result.steps) == (chosen, stopped, steps)
+    assert int(result.latents.item()) == 10 * chosen + 2  # the kept attempt ran to its end
+    assert result.verdicts[chosen].passed == (kept == "ok") and result.attempts == len(calls)
+    assert all(p == 0.34 for _, p in calls) and not any(isinstance(e, Preview) for e in events)
+    assert sum(isinstance(e, StepProgress) for e in events) == steps
+    record = result.record(3)
+    assert record["steps"] == steps and record["stopped"] == list(stopped)
+
+
+def test_when_the_attempt_run_on_after_its_preview_goes_nan_the_next_best_is_run_on():
+    from videogen.sampling.health import Verdict
+
+    def sample(attempt, preview=0.0):
+        yield StepProgress(0, 1, 2)
+        yield Preview(1, torch.full((1,), float(attempt)))
+        if attempt == 1:
+            raise NonFiniteLatents("segment 0: NaN at step 2")
+        yield StepProgress(0, 2, 2)
+        return torch.full((1,), 10.0 + attempt)
+
+    severity = {0: 5.0, 1: 1.0, 2: 3.0, 10: 5.0, 12: 3.0}  # previews: 1 best, then 2, then 0
+    judge = lambda value: Verdict(("black",), severity[int(value)])
+    config = replace(CONFIG, checks=("black", "nonfinite"), preview=0.5)
+    result, _ = _drive(run_gate(sample, lambda latents: latents.item(), judge, config))
+    assert (result.chosen, result.stopped, result.steps) == (2, (0,), 3 + 1)
+    assert result.verdicts[1] is NONFINITE and int(result.latents.item()) == 12
+
+
+def test_without_retries_or_with_preview_off_every_attempt_runs_to_its_end():
+    from videogen.sampling.health import Verdict
+
+    judge = lambda value: Verdict(("black",), 1.0)  # every attempt fails
+    for config in (replace(CONFIG, checks=("black",), preview=0.0), replace(CONFIG, checks=("black",), preview=0.5,
+                                                                            retries=0)):  # fmt: skip
+        calls = []
+        result, _ = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
+        assert all(p == 0.0 for _, p in calls) and result.stopped == () and result.steps == 6 * len(calls)
+        assert "stopped" not in result.record(0)
+    assert preview_step(0.34, 24) == 8 and preview_step(0.0, 24) is None and preview_step(0.99, 24) is None
+    assert preview_step(0.01, 24) == 1
 
 
 def test_bad_gate_options_name_the_option():
@@ -398,3 +486,30 @@ def test_a_render_stops_retrying_a_failing_run_or_over_its_budget(builtin_model,
     report = json.loads((tmp_path / "v.mp4.drift.json").read_text())["health"]
     assert [r["segment"] for r in report["segments"] if r.get("retries_withheld")] == withheld
     assert report["retries_used"] == sum(a - 1 for a, _ in expected)
+
+
+def test_a_render_with_previews_makes_the_same_video_for_fewer_steps(builtin_model, tmp_path, monkeypatch):
+    import copy
+    import dataclasses
+    import json
+
+    # Segment 1 black in every attempt, 2 in its first (the planted decode blackens the previews
+    # of those attempts too). With previews after 1 of 4 steps, segment 1's three attempts stop
+    # there and the best (the first of equals) runs on; segment 2's first stops there and its
+    # retry passes. Off, both keep the same attempts after running every one of them in full.
+    videos, reports = {}, {}
+    for preview in (0.0, 0.3):
+        model = copy.copy(builtin_model)
+        model.preset = dataclasses.replace(builtin_model.preset,
+                                           health=dataclasses.replace(builtin_model.preset.health, preview=preview))  # fmt: skip
+        with monkeypatch.context() as patch:
+            _plant_black_segments(patch, model, always={1}, first_only={2})
+            spec = RenderSpec.single(PROMPT, 6.5, seed=4, steps=4, health_checks=["black"], retries=2)
+            list(render(spec, tmp_path / f"{preview}.mp4", model=model, thumbnail=False))
+        videos[preview] = (tmp_path / f"{preview}.mp4").read_bytes()
+        reports[preview] = json.loads((tmp_path / f"{preview}.mp4.drift.json").read_text())["health"]["segments"]
+    assert videos[0.3] == videos[0.0]
+    off, on = ([(r["attempts"], r["chosen"], r["failed_checks"], r["steps"], r.get("stopped")) for r in reports[p]]
+               for p in (0.0, 0.3))  # fmt: skip
+    assert off[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 12, None), (2, 1, [], 8, None)]
+    assert on[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 1 + 1 + 1 + 3, [1, 2]), (2, 1, [], 1 + 4, [0])]

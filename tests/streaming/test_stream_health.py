@@ -9,6 +9,7 @@ import importlib
 import numpy as np
 import pytest
 
+from videogen.sampling.loop import StepProgress
 from videogen.streaming import StreamSpec, stream
 
 stream_module = importlib.import_module("videogen.streaming.stream")  # the package's `stream` is the function
@@ -113,3 +114,44 @@ def test_a_stream_spends_no_more_retries_than_its_budget(causal_model, monkeypat
     # A budget of 0: the stream's 2 retries in all, which chunk 1 spends; 2 and 3 are kept black.
     assert [(c.attempts, c.failed_checks) for c in chunks[:4]] == [(1, ()), (3, ("black",)), (1, ("black",)),
                                                                     (1, ("black",))]  # fmt: skip
+
+
+def test_a_stream_with_previews_keeps_the_chunks_it_kept_without(causal_model, monkeypatch):
+    import copy
+    import dataclasses
+
+    # Chunk 1 black in every decode, chunk 2 in its first (attempt 0's preview): with previews
+    # after 1 of 4 steps, chunk 1's attempts stop there and the first runs on and is kept, chunk 2's
+    # retry passes; without, every attempt runs in full and the same ones are kept.
+    spec = StreamSpec(PROMPT, seconds=2.0, steps=4, health_checks=["black"], retries=2)
+    made, steps = {}, {}
+    real_denoise = stream_module.denoise
+    for preview in (0.0, 0.3):
+        steps[preview] = counted = []
+
+        def denoise(model, request, counted=counted):  # counts each attempt's steps
+            attempt = len(counted)
+            counted.append(0)
+            run = real_denoise(model, request)
+            while True:
+                try:
+                    event = next(run)
+                except StopIteration as done:
+                    return done.value
+                counted[attempt] += isinstance(event, StepProgress)
+                yield event
+
+        model = copy.copy(causal_model)
+        model.preset = dataclasses.replace(causal_model.preset, health=dataclasses.replace(
+            causal_model.preset.health, give_up_after=0, preview=preview))  # fmt: skip
+        with monkeypatch.context() as patch:
+            _plant_black_always(patch, chunks={1}, first_only={2})
+            patch.setattr(stream_module, "denoise", denoise)
+            made[preview] = list(stream(spec, model))
+    for chunks in made.values():
+        assert [(c.attempts, c.failed_checks) for c in chunks[:3]] == [(1, ()), (3, ("black",)), (2, ())]
+    assert np.array_equal(_frames(made[0.3]), _frames(made[0.0]))
+    # Chunk 1: three attempts of 4 steps, or three previews after 1 and the first run on (4, 1, 1);
+    # chunk 2: 4 + 4, or 1 + 4. Every other chunk: one attempt of 4 either way.
+    assert steps[0.0][1:6] == [4, 4, 4, 4, 4] and steps[0.3][1:6] == [4, 1, 1, 1, 4]
+    assert sum(steps[0.0]) - sum(steps[0.3]) == 9

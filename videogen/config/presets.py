@@ -59,6 +59,12 @@ class HealthConfig:
     # segments judged before it (a bucket that starts full), so retries add at most about this
     # share to the sampling time however many segments keep failing. None: no such bound.
     retry_budget: float | None = None
+    # Judge each attempt first on the clean frames the model predicts after this share of its
+    # denoising steps (x0 = x - sigma v, decoded), and run an attempt that fails there no further:
+    # a failed attempt then costs this share of a sampling, not all of it. When every attempt
+    # stops there, the one whose preview judged best is run to its end and kept. 0: off (every
+    # attempt runs to its end). `videogen.sampling.health.run_gate`.
+    preview: float = 0.0
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -88,6 +94,8 @@ class HealthConfig:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
                                    or not 0 <= budget <= MAX_RETRIES):  # fmt: skip
             raise ValueError(f"retry_budget must be a share of segments in 0..{MAX_RETRIES} or null, got {budget!r}")
+        if isinstance(self.preview, bool) or not isinstance(self.preview, int | float) or not 0 <= self.preview < 1:
+            raise ValueError(f"preview must be a share of the denoising steps in [0, 1), got {self.preview!r}")
 
     @property
     def enabled(self) -> bool:

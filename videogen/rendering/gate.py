@@ -19,7 +19,7 @@ import torch
 
 from videogen.config.plan import SegmentPlan
 from videogen.rendering.events import SegmentRetried
-from videogen.sampling.health import GateResult, Retry, SegmentStats, check_segment, gate_for, run_gate
+from videogen.sampling.health import GateResult, Retry, Sampler, SegmentStats, check_segment, gate_for, run_gate
 from videogen.sampling.loop import StepProgress
 
 
@@ -76,7 +76,7 @@ class HealthHistory:
 
 
 def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
-                 sample: Callable[[int], Generator[StepProgress, None, torch.Tensor]],
+                 sample: Sampler,
                  decode: Callable[[torch.Tensor], np.ndarray]) -> Generator[StepProgress | SegmentRetried, None, GateResult]:  # fmt: skip
     """Sample `seg` (`sample(attempt)`) until an attempt passes the gate or the retries run out;
     yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -23,8 +23,8 @@ from videogen.rendering.events import SegmentRetried
 from videogen.rendering.gate import HealthHistory, gated_sample
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
-from videogen.sampling.health import attempt_noise
-from videogen.sampling.loop import SegmentAnchor, StepProgress, anchor_latent, denoise_segment
+from videogen.sampling.health import attempt_noise, preview_step
+from videogen.sampling.loop import Preview, SegmentAnchor, StepProgress, anchor_latent, denoise_segment
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
 
-    def sample(attempt: int) -> Generator[StepProgress, None, torch.Tensor]:
-        return _denoise(seg, inputs, handoff, attempt, anchor)
+    def sample(attempt: int, preview: float = 0.0) -> Generator[StepProgress | Preview, None, torch.Tensor]:
+        return _denoise(seg, inputs, handoff, attempt, anchor, preview_step(preview, settings.steps))
 
     def decode(latents: torch.Tensor) -> np.ndarray:
         from videogen.models.codec import video_to_uint8
@@ -102,8 +102,8 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
         return video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
 
     gate = None
-    if history is None:  # the gate is off: today's path, step for step
-        latents = yield from sample(0)
+    if history is None:  # the gate is off: today's path, step for step (no preview asked: steps only)
+        latents = yield from cast(Generator[StepProgress, None, torch.Tensor], sample(0))
     else:  # the gate judges the model's own output, before drift correction
         gate = yield from gated_sample(seg, inputs, history, sample, decode)
         latents = gate.latents
@@ -118,8 +118,9 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
 
 
 def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None, attempt: int,
-             anchor: SegmentAnchor | None) -> Generator[StepProgress, None, torch.Tensor]:  # fmt: skip
-    """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`)."""
+             anchor: SegmentAnchor | None, preview_at: int | None = None) -> Generator[StepProgress | Preview, None, torch.Tensor]:  # fmt: skip
+    """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`);
+    `preview_at`: the step after which the gate judges its first look (`run_gate`)."""
     model, settings = inputs.model, inputs.resolved.settings
     h, w = settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor
     index = inputs.offset + seg.index
@@ -144,6 +145,7 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         continuation=inputs.resolved.continuation,  # the start image's prefix too: one kind of conditioning
         guidance_2=settings.guidance_2,
         anchor=anchor if _anchored(seg, anchor) else None,
+        preview_at=preview_at,
     )
 
 

@@ -47,7 +47,7 @@ import torch
 
 from videogen.config.presets import HealthConfig
 from videogen.errors import NonFiniteLatents
-from videogen.sampling.loop import segment_noise
+from videogen.sampling.loop import Preview, StepProgress, segment_noise
 
 _BINS = 4  # histogram bins per RGB channel: coarse, so noise and small motion barely move it
 
@@ -320,7 +320,9 @@ class GateResult:
     latents: torch.Tensor
     frames: np.ndarray  # the decoded frames it was judged on
     chosen: int  # its attempt number
-    verdicts: tuple[Verdict, ...]  # every attempt's, in order
+    verdicts: tuple[Verdict, ...]  # every attempt's, in order (a paused attempt's: its preview's)
+    stopped: tuple[int, ...] = ()  # attempts run no further than their preview (`HealthConfig.preview`)
+    steps: int = 0  # denoising steps run over all attempts
 
     @property
     def attempts(self) -> int:
@@ -332,8 +334,11 @@ class GateResult:
 
     def record(self, index: int) -> dict:
         """The segment's line in the drift report and the job's retry list."""
-        return {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
-                "reasons": [list(v.failed) for v in self.verdicts]}  # fmt: skip
+        record = {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
+                  "reasons": [list(v.failed) for v in self.verdicts], "steps": self.steps}  # fmt: skip
+        if self.stopped:
+            record["stopped"] = list(self.stopped)
+        return record
 
 
 def gate_for(config: HealthConfig, failing_run: int, retries_used: int = 0, judged: int = 0) -> HealthConfig:
@@ -351,34 +356,105 @@ def gate_for(config: HealthConfig, failing_run: int, retries_used: int = 0, judg
     return config
 
 
-def run_gate(sample: Callable[[int], Generator[Any, None, torch.Tensor]], decode: Callable[[torch.Tensor], np.ndarray],
-             judge: Callable[[np.ndarray], Verdict], config: HealthConfig) -> Generator[Any, None, GateResult]:  # fmt: skip
-    """Sample (`sample(attempt)`: a denoising generator), decode and judge up to `1 + retries`
-    attempts, stopping at the first that passes. Yields what the sampler yields, and a `Retry`
-    before each re-sampling. NaN latents fail `nonfinite` (when that check is on; otherwise
-    `NonFiniteLatents` propagates, as without the gate); if every attempt is NaN the last error
-    is raised: NaN frames are never kept."""
+def preview_step(share: float, steps: int) -> int | None:
+    """The step after which an attempt of `steps` is first judged (`HealthConfig.preview`), or None:
+    off, or no step before the last."""
+    if share <= 0:
+        return None
+    step = max(1, round(share * steps))
+    return step if step < steps else None
+
+
+Sampler = Callable[[int, float], Generator[Any, None, torch.Tensor]]
+
+
+def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judge: Callable[[np.ndarray], Verdict],
+             config: HealthConfig) -> Generator[Any, None, GateResult]:  # fmt: skip
+    """Sample (`sample(attempt, preview)`: a denoising generator; `preview`, the share of its steps
+    after which it yields a `Preview`, 0 for none), decode and judge up to `1 + retries` attempts,
+    stopping at the first that passes. Yields what the sampler yields (but its previews), and a
+    `Retry` before each re-sampling.
+
+    With `config.preview`, each attempt is judged first on the clean frames its model predicts
+    there; one that fails is paused and the next starts. An attempt that passes its preview runs to
+    its end and is judged again. When every attempt stopped at its preview, the one whose preview
+    judged best runs on to its end and is kept. So a segment that passes at once costs what it did;
+    a failing attempt costs the preview's share of a sampling. The verdicts of paused attempts are
+    their previews'; `GateResult.stopped` names them, `GateResult.steps` counts the steps run.
+
+    NaN latents fail `nonfinite` (when that check is on; otherwise `NonFiniteLatents` propagates,
+    as without the gate); if every attempt is NaN the last error is raised: NaN frames are never
+    kept."""
+    share = config.preview if config.retries else 0.0  # nothing to choose between: no preview
     verdicts: list[Verdict] = []
     best: tuple[torch.Tensor, np.ndarray, int] | None = None
+    paused: list[tuple[Verdict, int, Generator[Any, None, torch.Tensor]]] = []
+    resumed: list[int] = []
     error: NonFiniteLatents | None = None
-    for attempt in range(1 + config.retries):
-        if verdicts:
-            yield Retry(attempt, verdicts[-1].failed)
-        try:
-            latents = yield from sample(attempt)
-        except NonFiniteLatents as exc:
-            if "nonfinite" not in config.checks:
-                raise
-            error = exc
-            verdicts.append(NONFINITE)
-            continue
-        frames = decode(latents)
-        verdicts.append(judge(frames))
-        if best is None or verdicts[-1].score < verdicts[best[2]].score:
+    steps = 0
+
+    def run(gen: Generator[Any, None, torch.Tensor], stop_at_preview: bool) -> Generator[Any, None, Any]:
+        """Drive `gen`, passing its steps on; its latents, or its `Preview` when asked to stop there."""
+        nonlocal steps
+        while True:
+            try:
+                event = next(gen)
+            except StopIteration as done:
+                return done.value
+            if isinstance(event, Preview):
+                if stop_at_preview:
+                    return event
+                continue
+            steps += isinstance(event, StepProgress)
+            yield event
+
+    try:
+        for attempt in range(1 + config.retries):
+            if verdicts:
+                yield Retry(attempt, verdicts[-1].failed)
+            try:
+                gen = sample(attempt, share)
+                out = yield from run(gen, stop_at_preview=True)
+                if isinstance(out, Preview):
+                    verdict = judge(decode(out.latents))
+                    if not verdict.passed:
+                        verdicts.append(verdict)
+                        paused.append((verdict, attempt, gen))
+                        continue
+                    out = yield from run(gen, stop_at_preview=False)
+            except NonFiniteLatents as exc:
+                if "nonfinite" not in config.checks:
+                    raise
+                error = exc
+                verdicts.append(NONFINITE)
+                continue
+            frames = decode(out)
+            verdicts.append(judge(frames))
+            if best is None or verdicts[-1].score < verdicts[best[2]].score:
+                best = (out, frames, attempt)
+            if verdicts[-1].passed:
+                break
+        # Every attempt stopped at its preview (or went NaN): run on the most promising, the
+        # first of equals, and the next if it goes NaN.
+        for _, attempt, gen in sorted(paused, key=lambda p: p[0].score) if best is None else ():
+            resumed.append(attempt)
+            try:
+                latents = yield from run(gen, stop_at_preview=False)
+            except NonFiniteLatents as exc:
+                if "nonfinite" not in config.checks:
+                    raise
+                error = exc
+                verdicts[attempt] = NONFINITE
+                continue
+            frames = decode(latents)
+            verdicts[attempt] = judge(frames)
             best = (latents, frames, attempt)
-        if verdicts[-1].passed:
             break
+    finally:
+        for _, _, gen in paused:
+            gen.close()
     if best is None:
         assert error is not None
         raise error
-    return GateResult(best[0], best[1], best[2], tuple(verdicts))
+    stopped = tuple(a for _, a, _ in paused if a not in resumed)
+    return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, steps)

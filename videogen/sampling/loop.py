@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -34,12 +34,24 @@ from videogen.sampling.cache import StepCache
 from videogen.sampling.forward import SegmentForward, TransformerForward
 from videogen.sampling.interrupt import stop_between_blocks
 
+Result = TypeVar("Result")
+
 
 @dataclass(frozen=True)
 class StepProgress:
     segment: int  # the segment (or stream chunk) being denoised
     step: int  # 1-based: steps done in this segment
     steps: int
+
+
+@dataclass(frozen=True)
+class Preview:
+    """Yielded by `denoise` after step `step` when the request asks for it (`preview_at`): the
+    clean latents the model predicts there (x0 = x - sigma v), prefix included. The health gate
+    judges an attempt on them before running it further (`videogen.sampling.health.run_gate`)."""
+
+    step: int
+    latents: torch.Tensor  # (1, C, F, h, w) fp32
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class DenoiseRequest:
     # below the boundary when `guidance` is given. None: `guidance` throughout.
     guidance_2: float | None = None
     cache: StepCacheConfig | None = None  # step caching (`videogen.sampling.cache`); None: every step computed
+    preview_at: int | None = None  # yield a `Preview` after this step (1-based); None: none
 
 
 def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
@@ -101,9 +114,9 @@ def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tens
     return torch.randn(shape, generator=g, dtype=torch.float32)
 
 
-def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None, torch.Tensor]:
-    """Run `request.steps` scheduler steps from `request.latents`; yields after every step and
-    returns the denoised latents (1, C, F, h, w) fp32."""
+def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Preview, None, torch.Tensor]:
+    """Run `request.steps` scheduler steps from `request.latents`; yields after every step (and a
+    `Preview` after step `request.preview_at`) and returns the denoised latents (1, C, F, h, w) fp32."""
     scheduler = model.make_scheduler(request.flow_shift)
     scheduler.set_timesteps(request.steps, device=model.device)
     n_train = scheduler.config.num_train_timesteps
@@ -134,6 +147,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
                 pred = request.forward(transformer, latents.to(model.dtype), t, i)
             step_cache.observe(sigma, pred)
         velocity = guided_velocity(model, pred, latents, sigma, guidance)
+        preview = latents - sigma * velocity if request.preview_at == i + 1 else None
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
             held = prefix  # the last step (and "clean" at every step): the clean prefix, exactly
@@ -146,11 +160,15 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress, None
                 f"try --dtype float32 or fewer --guidance"
             )
         yield StepProgress(request.index, i + 1, request.steps)
+        if preview is not None:
+            if prefix is not None:
+                preview[:, :, : prefix.shape[2]] = prefix
+            yield Preview(i + 1, preview)
     return latents
 
 
-def run_to_end(steps: Generator[StepProgress, None, torch.Tensor]) -> torch.Tensor:
-    """Drive a denoising generator to its end, ignoring progress; its latents."""
+def run_to_end(steps: Generator[Any, None, Result]) -> Result:
+    """Drive a denoising generator (or a gate over one) to its end, ignoring its events; its result."""
     while True:
         try:
             next(steps)
@@ -206,7 +224,8 @@ def denoise_segment(
     continuation: str = "clean",  # "clean": the prefix at timestep 0; "renoise": re-noised every step (`renoised`)
     guidance_2: float | None = None,  # two-expert models: the low-noise expert's guidance; None: `guidance`
     anchor: SegmentAnchor | None = None,  # a frame of the shot's first segment in place of the prefix's first
-) -> Generator[StepProgress, None, torch.Tensor]:
+    preview_at: int | None = None,  # yield a `Preview` after this step (the health gate's); None: none
+) -> Generator[StepProgress | Preview, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring).
 
     `anchor` (a continuation with a prefix of 2 or more latent frames, a model trained with
@@ -265,8 +284,22 @@ def denoise_segment(
         prefix_noise=prefix_noise,
         cache=cache,
         guidance_2=guidance_2 if use_cfg else None,
+        preview_at=preview_at,
     )
-    out = yield from denoise(model, request)
-    if prefix is not None and (context_noise > 0 or anchor is not None):
+    restore = prefix is not None and (context_noise > 0 or anchor is not None)
+    steps_run = denoise(model, request)
+    try:
+        while True:
+            try:
+                event = next(steps_run)
+            except StopIteration as stop:
+                out = stop.value
+                break
+            if restore and isinstance(event, Preview):  # judged as the kept frames will show it
+                event.latents[:, :, :n_prefix] = clean_prefix
+            yield event
+    finally:
+        steps_run.close()
+    if restore:
         out[:, :, :n_prefix] = clean_prefix  # the prefix is the previous segment's frames, exactly
     return out

@@ -40,8 +40,8 @@ from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 
 from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.health import Verdict, attempt_noise, check_segment, gate_for, run_gate
-from videogen.sampling.loop import DenoiseRequest, StepProgress, denoise, run_to_end
+from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, preview_step, run_gate
+from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
 
@@ -147,10 +147,11 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
     shape = (1, model.codec.latent_channels, len(frames), *settings.latent_hw)
     plan = plan_for(model, state, settings, frames)
 
-    def sample(attempt: int) -> Generator[StepProgress, None, torch.Tensor]:
+    def sample(attempt: int, preview: float = 0.0) -> Generator[StepProgress | Preview, None, torch.Tensor]:
         noise = attempt_noise(shape, settings.seed, state.chunk, attempt)
         request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
-                                 settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel)  # fmt: skip
+                                 settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel,
+                                 preview_at=preview_step(preview, settings.steps))  # fmt: skip
         return denoise(model, request)
 
     if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
@@ -164,7 +165,7 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
     return made
 
 
-def _gated(state: StreamState, health: HealthConfig, sample: Callable[[int], Generator[StepProgress, None, torch.Tensor]],
+def _gated(state: StreamState, health: HealthConfig, sample: Sampler,
            decode: Callable[[torch.Tensor], np.ndarray]) -> MadeChunk:  # fmt: skip
     """Run the health gate over a chunk's attempts; the previous chunk's last frame leads each
     attempt's frames, so the seam into the chunk is judged too."""

@@ -32,7 +32,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -233,6 +233,9 @@ class LongVideo:
     seams: tuple[tuple[int, int], ...]
     retry_frames: tuple[int, ...]  # first output frame of each re-sampled segment or chunk
     compute_s: float  # wall seconds spent generating (and, for a render, encoding)
+    # (denoising steps run, steps one attempt per segment would have run): what the gate's
+    # retries cost, from the drift report (renders; (0, 0) where not counted)
+    sampling_steps: tuple[int, int] = (0, 0)
 
 
 def render_long(model, prompt: str, seconds: float, seed: int, steps: int | None, guidance: float | None,
@@ -254,9 +257,13 @@ def render_long(model, prompt: str, seconds: float, seed: int, steps: int | None
         elif isinstance(ev, RenderFinished):
             report = ev.report
     compute = time.perf_counter() - start
-    seams = json.loads(Path(report).read_text())["seams"] if report else []
+    drift = json.loads(Path(report).read_text()) if report else {}
+    records = (drift.get("health") or {}).get("segments", [])
+    per_attempt = steps or model.preset.steps
+    sampling = (sum(int(r.get("steps", per_attempt * r["attempts"])) for r in records), per_attempt * len(records))
     frames = VideoReader(out).read_all()
-    return LongVideo(frames, model.preset.fps, tuple((int(a), int(b)) for a, b in seams), tuple(retries), compute)
+    seams = tuple((int(a), int(b)) for a, b in drift.get("seams", []))
+    return LongVideo(frames, model.preset.fps, seams, tuple(retries), compute, sampling)
 
 
 def stream_long(model, prompt: str, seconds: float, seed: int, steps: int | None,
@@ -287,6 +294,7 @@ class LongEvaluation:
     windows: list[WindowVerdict]
     compute_s: dict[str, float]  # path -> wall seconds generating
     video_s: dict[str, float]  # path -> seconds of video made
+    steps: dict[str, list[int]] = field(default_factory=dict)  # path -> [steps run, steps without retries]
 
     def summary(self) -> dict:
         """The figures of the JSON line."""
@@ -303,6 +311,9 @@ class LongEvaluation:
             out[f"{path}_max_background_de"] = round(max(w.background_de for w in ws), 2)
             out[f"{path}_max_seam_jump"] = round(max(w.seam_jump for w in ws), 2)
             out[f"{path}_retries"] = sum(w.retries for w in ws)
+            run, plain = self.steps.get(path, [0, 0])
+            if plain:  # the denoising the retries added, as a share of the video's own
+                out[f"{path}_retry_steps"] = round(run / plain - 1.0, 4)
             out[f"{path}_compute_s_per_s"] = round(self.compute_s[path] / max(self.video_s[path], 1e-9), 3)
         out["max_missing"] = round(max((w.missing for w in self.windows), default=0.0), 4)
         out["worst_window"] = _worst(self.windows)
@@ -346,9 +357,15 @@ def evaluate_long(render_model, stream_model, *, seconds: float, prompts: int = 
                 result.windows += windows
                 result.compute_s[path] = result.compute_s.get(path, 0.0) + video.compute_s
                 result.video_s[path] = result.video_s.get(path, 0.0) + len(video.frames) / video.fps
+                counted = result.steps.setdefault(path, [0, 0])
+                counted[0], counted[1] = counted[0] + video.sampling_steps[0], counted[1] + video.sampling_steps[1]
                 if log:  # each video's windows as soon as they are judged: a cut-short run still tells
                     passed = sum(w.passed for w in windows)
-                    log(f"{path} {scene.caption()}: {passed}/{len(windows)} windows pass ({video.compute_s:.0f} s)")
+                    run, plain = video.sampling_steps
+                    cost = f", retries +{100 * (run / plain - 1):.0f}% steps" if plain else ""
+                    log(
+                        f"{path} {scene.caption()}: {passed}/{len(windows)} windows pass ({video.compute_s:.0f} s{cost})"
+                    )
                     for w in windows:
                         log(f"  {w.start_s:4.0f}-{w.end_s:<4.0f} s: " + ("; ".join(w.failures()) or "pass"))
     return result
