@@ -28,6 +28,7 @@ class StreamChunk:
     attempts: int = 1  # samplings of this chunk (1: it passed the health gate, or the gate is off)
     failed_checks: tuple[str, ...] = ()  # checks the kept attempt still fails (none passed: the best is kept)
     reasons: tuple[tuple[str, ...], ...] = ()  # the checks each attempt failed, in order (gate on)
+    steps: int = 0  # denoising steps run for it over all attempts (a health-gate preview stops one early)
 
     @property
     def end_seconds(self) -> float:

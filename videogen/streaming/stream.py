@@ -119,7 +119,7 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
         if total is not None:
             frames = frames[: total - state.frames]
         chunk = StreamChunk(index, frames, state.frames, state.prompt, fps, made.attempts, made.failed,
-                            made.reasons)  # fmt: skip
+                            made.reasons, made.steps)  # fmt: skip
         state.frames += len(frames)
         state.chunk += 1
         yield chunk
@@ -136,6 +136,7 @@ class MadeChunk:
     attempts: int = 1
     failed: tuple[str, ...] = ()  # checks the kept attempt still fails
     reasons: tuple[tuple[str, ...], ...] = ()  # each attempt's failed checks (gate on)
+    steps: int = 0  # denoising steps run over all attempts
 
 
 def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None,
@@ -156,7 +157,7 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
 
     if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
         latents = run_to_end(sample(0))
-        made = MadeChunk(latents, _decode(model, state, latents))
+        made = MadeChunk(latents, _decode(model, state, latents), steps=settings.steps)
     else:
         made = _gated(state, health, sample, lambda latents: _decode(model, state, latents))
     write_pass(model, state, settings, made.latents, frames, plan)
@@ -185,7 +186,7 @@ def _gated(state: StreamState, health: HealthConfig, sample: Sampler,
     state.last_frame = result.frames[-1].copy() if len(result.frames) else lead
     state.retries += result.attempts - 1
     return MadeChunk(result.latents, result.frames, result.attempts, result.failed,
-                     tuple(v.failed for v in result.verdicts))  # fmt: skip
+                     tuple(v.failed for v in result.verdicts), result.steps)  # fmt: skip
 
 
 def _decode(model: Any, state: StreamState, latents: torch.Tensor) -> np.ndarray:

@@ -233,8 +233,8 @@ class LongVideo:
     seams: tuple[tuple[int, int], ...]
     retry_frames: tuple[int, ...]  # first output frame of each re-sampled segment or chunk
     compute_s: float  # wall seconds spent generating (and, for a render, encoding)
-    # (denoising steps run, steps one attempt per segment would have run): what the gate's
-    # retries cost, from the drift report (renders; (0, 0) where not counted)
+    # (denoising steps run, steps one attempt per segment or chunk would have run): what the
+    # gate's retries cost (a render's from its drift report, a stream's from its chunks)
     sampling_steps: tuple[int, int] = (0, 0)
 
 
@@ -279,7 +279,8 @@ def stream_long(model, prompt: str, seconds: float, seed: int, steps: int | None
     compute = time.perf_counter() - start
     seams = tuple((c.first_frame, c.first_frame) for c in chunks[1:])
     retries = tuple(c.first_frame for c in chunks for _ in range(int(getattr(c, "attempts", 1)) - 1))
-    return LongVideo(np.concatenate([c.frames for c in chunks]), model.preset.fps, seams, retries, compute)
+    sampling = (sum(c.steps for c in chunks), (steps or model.preset.steps) * len(chunks))
+    return LongVideo(np.concatenate([c.frames for c in chunks]), model.preset.fps, seams, retries, compute, sampling)
 
 
 # ---------------------------------------------------------------- the evaluation
