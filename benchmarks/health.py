@@ -3,13 +3,18 @@ renders (calibration) and what it adds to render time.
 
     PYTHONPATH=. python benchmarks/health.py calibrate [--renders 12] [--seconds 4]
     PYTHONPATH=. python benchmarks/health.py overhead [--renders 6] [--seconds 10]
+    PYTHONPATH=. python benchmarks/health.py preview [--seconds 90] [--first 2 --prompts 1]
 
 `calibrate`: seeded renders of in-grammar prompts (`videogen.training.scenes.random_scene`) with
 the gate on; per check, the largest ratio any segment reached (> 1 fails) and the share of
 segments that failed a check (each failure is a retry: the false-positive rate). `overhead`:
 the same renders with the gate off and on, interleaved so that load on the machine hits both
 alike; the ratio of the total times (target <= 1.15) and whether the videos are byte-identical
-where no segment was retried. Each prints one JSON line last.
+where no segment was retried. `preview`: long held-out prompts (by default the two-object ones,
+where most segments fail), every attempt run in full as without previews, and each attempt's
+clean-frame prediction after a share of its steps (x0 = x - sigma v) decoded and judged beside
+its final frames: per share, how many final failures the preview already shows and how many
+passing attempts it would wrongly stop (`HealthConfig.preview`). Each prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -99,17 +104,74 @@ def overhead(args, model, tmp: Path) -> dict:
             "identical_without_retry": identical}  # fmt: skip
 
 
+SHARES = (0.17, 0.25, 0.34, 0.5)
+
+
+def preview(args, model, tmp: Path) -> dict:
+    import videogen.rendering.gate as gate
+    import videogen.sampling.loop as loop
+    from videogen.training.long_eval import long_prompts
+
+    steps = model.preset.steps
+    at = sorted({max(1, round(share * steps)) for share in SHARES})
+    predicted: list = []  # this attempt's clean-frame prediction per step
+    velocity_of = loop.guided_velocity
+
+    def recorded(model_, pred, latents, sigma, guidance):
+        velocity = velocity_of(model_, pred, latents, sigma, guidance)
+        predicted.append(latents - sigma * velocity)
+        return velocity
+
+    rows: list[dict] = []
+    run_gate = gate.run_gate
+
+    def judged_gate(sample, decode, judge, config):
+        def sample_and_preview(attempt, share=0.0):
+            predicted.clear()
+            latents = yield from sample(attempt, 0.0)
+            final = judge(decode(latents))
+            looks = {k: judge(decode(predicted[k - 1])).passed for k in at}
+            rows.append({"attempt": attempt, "passed": final.passed, "preview_passed": looks})
+            return latents
+
+        return run_gate(sample_and_preview, decode, judge, config)
+
+    loop.guided_velocity, gate.run_gate = recorded, judged_gate
+    scenes = long_prompts(args.first + args.prompts)[args.first :]
+    for i, scene in enumerate(scenes, start=args.first):
+        before = len(rows)
+        run(RenderSpec.single(scene.caption(), args.seconds, seed=i), model, tmp / f"p{i}.mp4")
+        print(f"prompt {i} {scene.caption()!r}: {len(rows) - before} attempts", file=sys.stderr)
+    by_step = {}
+    for k in at:
+        fails = [r for r in rows if not r["passed"]]
+        passes = [r for r in rows if r["passed"]]
+        by_step[f"{k}/{steps}"] = {
+            "final_failures_caught": sum(not r["preview_passed"][k] for r in fails), "final_failures": len(fails),
+            "passes_stopped": sum(not r["preview_passed"][k] for r in passes), "passes": len(passes),
+        }  # fmt: skip
+        print(f"preview after step {k:>2} of {steps}: catches {by_step[f'{k}/{steps}']['final_failures_caught']}"
+              f"/{len(fails)} failing attempts, would stop {by_step[f'{k}/{steps}']['passes_stopped']}/{len(passes)} "
+              f"passing ones", file=sys.stderr)  # fmt: skip
+    return {"benchmark": "health.preview", "seconds": args.seconds, "prompts": [s.caption() for s in scenes],
+            "attempts": len(rows), "by_step": by_step}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("calibrate", "overhead"))
+    ap.add_argument("mode", choices=("calibrate", "overhead", "preview"))
     ap.add_argument("--renders", type=int)
     ap.add_argument("--seconds", type=float)
+    ap.add_argument("--first", type=int, default=2, help="preview: the first held-out long prompt (0-based)")
+    ap.add_argument(
+        "--prompts", type=int, default=4, help="preview: how many (2..5: the two-object prompts and two more)"
+    )
     args = ap.parse_args()
     args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
-    args.seconds = args.seconds or (4.0 if args.mode == "calibrate" else 10.0)
+    args.seconds = args.seconds or {"calibrate": 4.0, "overhead": 10.0, "preview": 90.0}[args.mode]
     model = load_model("builtin")
     with tempfile.TemporaryDirectory() as tmp:
-        result = (calibrate if args.mode == "calibrate" else overhead)(args, model, Path(tmp))
+        result = {"calibrate": calibrate, "overhead": overhead, "preview": preview}[args.mode](args, model, Path(tmp))
     if args.mode == "overhead":
         print(f"gate on / gate off: {result['ratio']:.3f}x render time (target <= 1.15)")
     print(json.dumps(result))
