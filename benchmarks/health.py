@@ -12,8 +12,8 @@ the same renders with the gate off and on, interleaved so that load on the machi
 alike; the ratio of the total times (target <= 1.15) and whether the videos are byte-identical
 where no segment was retried. `preview`: long held-out prompts (by default the two-object ones,
 where most segments fail), every attempt run in full as without previews, and each attempt's
-clean-frame prediction after a share of its steps (x0 = x - sigma v) decoded and judged beside
-its final frames: per share, how many final failures the preview already shows and how many
+clean-frame prediction at a few noise levels (x0 = x - sigma v, at the first step at or below
+each) decoded and judged beside its final frames: per level, how many final failures the preview already shows and how many
 passing attempts it would wrongly stop (`HealthConfig.preview`). Each prints one JSON line last.
 """
 
@@ -104,7 +104,7 @@ def overhead(args, model, tmp: Path) -> dict:
             "identical_without_retry": identical}  # fmt: skip
 
 
-SHARES = (0.17, 0.25, 0.34, 0.5)
+LEVELS = (0.96, 0.92, 0.885, 0.77)  # noise levels (`HealthConfig.preview`); 24 steps: after 4, 6, 8, 12
 
 
 def preview(args, model, tmp: Path) -> dict:
@@ -113,7 +113,10 @@ def preview(args, model, tmp: Path) -> dict:
     from videogen.training.long_eval import long_prompts
 
     steps = model.preset.steps
-    at = sorted({max(1, round(share * steps)) for share in SHARES})
+    scheduler = model.make_scheduler(model.preset.flow_shift)
+    scheduler.set_timesteps(steps)
+    sigmas = [float(t) / scheduler.config.num_train_timesteps for t in scheduler.timesteps]
+    at = sorted({next(i + 1 for i, s in enumerate(sigmas) if s <= level) for level in LEVELS})
     predicted: list = []  # this attempt's clean-frame prediction per step
     velocity_of = loop.guided_velocity
 
@@ -150,7 +153,7 @@ def preview(args, model, tmp: Path) -> dict:
             "final_failures_caught": sum(not r["preview_passed"][k] for r in fails), "final_failures": len(fails),
             "passes_stopped": sum(not r["preview_passed"][k] for r in passes), "passes": len(passes),
         }  # fmt: skip
-        print(f"preview after step {k:>2} of {steps}: catches {by_step[f'{k}/{steps}']['final_failures_caught']}"
+        print(f"preview after step {k:>2} of {steps} (sigma {sigmas[k - 1]:.3f}): catches {by_step[f'{k}/{steps}']['final_failures_caught']}"
               f"/{len(fails)} failing attempts, would stop {by_step[f'{k}/{steps}']['passes_stopped']}/{len(passes)} "
               f"passing ones", file=sys.stderr)  # fmt: skip
     return {"benchmark": "health.preview", "seconds": args.seconds, "prompts": [s.caption() for s in scenes],

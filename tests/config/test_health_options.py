@@ -54,8 +54,8 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
     ("give_up_after", "-1", "must be a whole number >= 0"), ("give_up_after", "1.5", "must be a whole number >= 0"),
     ("give_up_after", "two", "must be a whole number >= 0"), ("retry_budget", "-0.5", "must be a share of segments"),
     ("retry_budget", "11", "must be a share of segments"), ("retry_budget", "lots", "must be a share of segments"),
-    ("preview", "1", "must be a share of the denoising steps"), ("preview", "-0.1", "must be a share of the denoising"),
-    ("preview", "soon", "must be a share of the denoising steps"),
+    ("preview", "1", "must be a noise level in"), ("preview", "-0.1", "must be a noise level in"),
+    ("preview", "soon", "must be a noise level in"),
 ])  # fmt: skip
 def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(
@@ -72,7 +72,10 @@ def test_the_stream_preset_gives_up_on_a_failing_run_and_the_render_preset_does_
     presets = load_presets()
     render, stream = presets["builtin"].health, presets["builtin-causal"].health
     assert (render.give_up_after, stream.give_up_after) == (0, 2)
-    assert stream == __import__("dataclasses").replace(render, give_up_after=2)
+    assert stream == __import__("dataclasses").replace(render, give_up_after=2, preview=0.0)
+    # Previews (docs/builtin-model.md, "Previews"): the render's retries stop a third of the way
+    # when their predicted frames already fail; a stream chunk's few steps are not worth a preview.
+    assert (render.preview, stream.preview) == (0.885, 0.0)
     assert resolve_stream(StreamSpec("a red circle", seconds=2.0)).health.give_up_after == 2
 
 

@@ -19,7 +19,6 @@ from videogen.sampling.health import (
     attempt_noise,
     check_segment,
     colour_copies,
-    preview_step,
     run_gate,
     segment_stats,
 )
@@ -221,7 +220,7 @@ def _previewing_sampler(calls, steps=6):
 
     def sample(attempt, preview=0.0):
         calls.append((attempt, preview))
-        at = preview_step(preview, steps)
+        at = 2 if preview else None
         for step in range(1, steps + 1):
             yield StepProgress(0, step, steps)
             if step == at:
@@ -289,8 +288,28 @@ def test_without_retries_or_with_preview_off_every_attempt_runs_to_its_end():
         result, _ = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
         assert all(p == 0.0 for _, p in calls) and result.stopped == () and result.steps == 6 * len(calls)
         assert "stopped" not in result.record(0)
-    assert preview_step(0.34, 24) == 8 and preview_step(0.0, 24) is None and preview_step(0.99, 24) is None
-    assert preview_step(0.01, 24) == 1
+
+
+@pytest.mark.parametrize(("steps", "level", "at"), [(24, 0.885, 8), (8, 0.885, 3), (4, 0.885, 2), (24, 0.005, None)])
+def test_the_preview_comes_at_the_first_step_at_or_below_its_noise_level(builtin_model, steps, level, at):
+    from videogen.sampling.loop import denoise_segment
+
+    cond = builtin_model.prompt_encoder.encode([PROMPT])
+
+    def run(preview_sigma):
+        gen = denoise_segment(builtin_model, cond=cond, uncond=None, latent_frames=3, latent_size=(8, 8), prefix=None,
+                              steps=steps, guidance=1.0, flow_shift=3.0, seed=1, preview_sigma=preview_sigma)  # fmt: skip
+        return _drive(gen)
+
+    latents, events = run(level)
+    plain, _ = run(None)
+    previews = [e for e in events if isinstance(e, Preview)]
+    assert [p.step for p in previews] == ([at] if at else [])  # never after the last step
+    assert torch.equal(latents, plain)  # a preview changes nothing of the sampling
+    if at:  # taken right after its step's progress event: the model's clean prediction there
+        index = events.index(previews[0])
+        assert events[index - 1] == StepProgress(0, at, steps) and previews[0].latents.shape == latents.shape
+        assert 0 < (previews[0].latents - latents).abs().mean() < (latents.abs().mean())
 
 
 def test_bad_gate_options_name_the_option():
@@ -345,7 +364,14 @@ def _plant(monkeypatch, model, kind: str, segment: int = 1):
 
 def _render(model, path, **kw):
     # A seed whose first retry of segment 1 passes every check on the shipped weights (the retry is
-    # the model's own output: at 4 steps some seeds' retries double the object themselves).
+    # the model's own output: at 4 steps some seeds' retries double the object themselves). Without
+    # previews: at 4 steps the preview comes after step 2, where a retry that ends well can still
+    # look doubled; previews have their own tests (`test_a_render_with_previews_...`).
+    import copy
+    import dataclasses
+
+    model = copy.copy(model)
+    model.preset = dataclasses.replace(model.preset, health=dataclasses.replace(model.preset.health, preview=0.0))
     spec = RenderSpec.single(PROMPT, 3.0, seed=4, steps=4, **kw)
     events = [e for e in render(spec, path, model=model, thumbnail=False) if not isinstance(e, StepProgress)]
     return events, path.read_bytes()
@@ -494,11 +520,11 @@ def test_a_render_with_previews_makes_the_same_video_for_fewer_steps(builtin_mod
     import json
 
     # Segment 1 black in every attempt, 2 in its first (the planted decode blackens the previews
-    # of those attempts too). With previews after 1 of 4 steps, segment 1's three attempts stop
+    # of those attempts too). With previews at noise level 0.885 (after 2 of 4 steps), segment 1's three attempts stop
     # there and the best (the first of equals) runs on; segment 2's first stops there and its
     # retry passes. Off, both keep the same attempts after running every one of them in full.
     videos, reports = {}, {}
-    for preview in (0.0, 0.3):
+    for preview in (0.0, 0.885):
         model = copy.copy(builtin_model)
         model.preset = dataclasses.replace(builtin_model.preset,
                                            health=dataclasses.replace(builtin_model.preset.health, preview=preview))  # fmt: skip
@@ -508,8 +534,8 @@ def test_a_render_with_previews_makes_the_same_video_for_fewer_steps(builtin_mod
             list(render(spec, tmp_path / f"{preview}.mp4", model=model, thumbnail=False))
         videos[preview] = (tmp_path / f"{preview}.mp4").read_bytes()
         reports[preview] = json.loads((tmp_path / f"{preview}.mp4.drift.json").read_text())["health"]["segments"]
-    assert videos[0.3] == videos[0.0]
+    assert videos[0.885] == videos[0.0]
     off, on = ([(r["attempts"], r["chosen"], r["failed_checks"], r["steps"], r.get("stopped")) for r in reports[p]]
-               for p in (0.0, 0.3))  # fmt: skip
+               for p in (0.0, 0.885))  # fmt: skip
     assert off[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 12, None), (2, 1, [], 8, None)]
-    assert on[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 1 + 1 + 1 + 3, [1, 2]), (2, 1, [], 1 + 4, [0])]
+    assert on[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 2 + 2 + 2 + 2, [1, 2]), (2, 1, [], 2 + 4, [0])]

@@ -59,11 +59,13 @@ class HealthConfig:
     # segments judged before it (a bucket that starts full), so retries add at most about this
     # share to the sampling time however many segments keep failing. None: no such bound.
     retry_budget: float | None = None
-    # Judge each attempt first on the clean frames the model predicts after this share of its
-    # denoising steps (x0 = x - sigma v, decoded), and run an attempt that fails there no further:
-    # a failed attempt then costs this share of a sampling, not all of it. When every attempt
-    # stops there, the one whose preview judged best is run to its end and kept. 0: off (every
-    # attempt runs to its end). `videogen.sampling.health.run_gate`.
+    # Judge each attempt first on the clean frames the model predicts at the first step whose
+    # noise level (sigma, 1 = pure noise) is at or below this (x0 = x - sigma v, decoded), and run
+    # an attempt that fails there no further: a failed attempt then costs the steps down to this
+    # level, not all of them. When every attempt stops there, the one whose preview judged best
+    # is run to its end and kept. A noise level, not a step count, so that a render of few steps
+    # is not judged on a prediction from nearly pure noise. 0: off (every attempt runs to its end).
+    # `videogen.sampling.health.run_gate`.
     preview: float = 0.0
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
@@ -95,7 +97,7 @@ class HealthConfig:
                                    or not 0 <= budget <= MAX_RETRIES):  # fmt: skip
             raise ValueError(f"retry_budget must be a share of segments in 0..{MAX_RETRIES} or null, got {budget!r}")
         if isinstance(self.preview, bool) or not isinstance(self.preview, int | float) or not 0 <= self.preview < 1:
-            raise ValueError(f"preview must be a share of the denoising steps in [0, 1), got {self.preview!r}")
+            raise ValueError(f"preview must be a noise level in [0, 1), got {self.preview!r}")
 
     @property
     def enabled(self) -> bool:

@@ -23,7 +23,7 @@ from videogen.rendering.events import SegmentRetried
 from videogen.rendering.gate import HealthHistory, gated_sample
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
-from videogen.sampling.health import attempt_noise, preview_step
+from videogen.sampling.health import attempt_noise
 from videogen.sampling.loop import Preview, SegmentAnchor, StepProgress, anchor_latent, denoise_segment
 
 
@@ -94,7 +94,7 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
 
     def sample(attempt: int, preview: float = 0.0) -> Generator[StepProgress | Preview, None, torch.Tensor]:
-        return _denoise(seg, inputs, handoff, attempt, anchor, preview_step(preview, settings.steps))
+        return _denoise(seg, inputs, handoff, attempt, anchor, preview or None)
 
     def decode(latents: torch.Tensor) -> np.ndarray:
         from videogen.models.codec import video_to_uint8
@@ -118,9 +118,9 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
 
 
 def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None, attempt: int,
-             anchor: SegmentAnchor | None, preview_at: int | None = None) -> Generator[StepProgress | Preview, None, torch.Tensor]:  # fmt: skip
+             anchor: SegmentAnchor | None, preview: float | None = None) -> Generator[StepProgress | Preview, None, torch.Tensor]:  # fmt: skip
     """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`);
-    `preview_at`: the step after which the gate judges its first look (`run_gate`)."""
+    `preview`: the noise level at which the gate takes its first look (`run_gate`)."""
     model, settings = inputs.model, inputs.resolved.settings
     h, w = settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor
     index = inputs.offset + seg.index
@@ -145,7 +145,7 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         continuation=inputs.resolved.continuation,  # the start image's prefix too: one kind of conditioning
         guidance_2=settings.guidance_2,
         anchor=anchor if _anchored(seg, anchor) else None,
-        preview_at=preview_at,
+        preview_sigma=preview,
     )
 
 

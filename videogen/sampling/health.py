@@ -356,36 +356,27 @@ def gate_for(config: HealthConfig, failing_run: int, retries_used: int = 0, judg
     return config
 
 
-def preview_step(share: float, steps: int) -> int | None:
-    """The step after which an attempt of `steps` is first judged (`HealthConfig.preview`), or None:
-    off, or no step before the last."""
-    if share <= 0:
-        return None
-    step = max(1, round(share * steps))
-    return step if step < steps else None
-
-
 Sampler = Callable[[int, float], Generator[Any, None, torch.Tensor]]
 
 
 def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judge: Callable[[np.ndarray], Verdict],
              config: HealthConfig) -> Generator[Any, None, GateResult]:  # fmt: skip
-    """Sample (`sample(attempt, preview)`: a denoising generator; `preview`, the share of its steps
-    after which it yields a `Preview`, 0 for none), decode and judge up to `1 + retries` attempts,
+    """Sample (`sample(attempt, preview)`: a denoising generator; `preview`, the noise level at
+    which it yields a `Preview`, 0 for none), decode and judge up to `1 + retries` attempts,
     stopping at the first that passes. Yields what the sampler yields (but its previews), and a
     `Retry` before each re-sampling.
 
     With `config.preview`, each attempt is judged first on the clean frames its model predicts
-    there; one that fails is paused and the next starts. An attempt that passes its preview runs to
+    at that noise level; one that fails is paused and the next starts. An attempt that passes its preview runs to
     its end and is judged again. When every attempt stopped at its preview, the one whose preview
     judged best runs on to its end and is kept. So a segment that passes at once costs what it did;
-    a failing attempt costs the preview's share of a sampling. The verdicts of paused attempts are
+    a failing attempt costs the steps down to the preview. The verdicts of paused attempts are
     their previews'; `GateResult.stopped` names them, `GateResult.steps` counts the steps run.
 
     NaN latents fail `nonfinite` (when that check is on; otherwise `NonFiniteLatents` propagates,
     as without the gate); if every attempt is NaN the last error is raised: NaN frames are never
     kept."""
-    share = config.preview if config.retries else 0.0  # nothing to choose between: no preview
+    level = config.preview if config.retries else 0.0  # nothing to choose between: no preview
     verdicts: list[Verdict] = []
     best: tuple[torch.Tensor, np.ndarray, int] | None = None
     paused: list[tuple[Verdict, int, Generator[Any, None, torch.Tensor]]] = []
@@ -413,7 +404,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
             if verdicts:
                 yield Retry(attempt, verdicts[-1].failed)
             try:
-                gen = sample(attempt, share)
+                gen = sample(attempt, level)
                 out = yield from run(gen, stop_at_preview=True)
                 if isinstance(out, Preview):
                     verdict = judge(decode(out.latents))

@@ -46,8 +46,9 @@ class StepProgress:
 
 @dataclass(frozen=True)
 class Preview:
-    """Yielded by `denoise` after step `step` when the request asks for it (`preview_at`): the
-    clean latents the model predicts there (x0 = x - sigma v), prefix included. The health gate
+    """Yielded by `denoise` after step `step`, the first whose noise level is at or below the
+    request's `preview_sigma` (never after the last step): the clean latents the model predicted
+    from that step's input (x0 = x - sigma v), prefix included. The health gate
     judges an attempt on them before running it further (`videogen.sampling.health.run_gate`)."""
 
     step: int
@@ -74,7 +75,7 @@ class DenoiseRequest:
     # below the boundary when `guidance` is given. None: `guidance` throughout.
     guidance_2: float | None = None
     cache: StepCacheConfig | None = None  # step caching (`videogen.sampling.cache`); None: every step computed
-    preview_at: int | None = None  # yield a `Preview` after this step (1-based); None: none
+    preview_sigma: float | None = None  # yield a `Preview` at the first step at or below this noise level
 
 
 def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
@@ -116,7 +117,7 @@ def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tens
 
 def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Preview, None, torch.Tensor]:
     """Run `request.steps` scheduler steps from `request.latents`; yields after every step (and a
-    `Preview` after step `request.preview_at`) and returns the denoised latents (1, C, F, h, w) fp32."""
+    `Preview` at `request.preview_sigma`) and returns the denoised latents (1, C, F, h, w) fp32."""
     scheduler = model.make_scheduler(request.flow_shift)
     scheduler.set_timesteps(request.steps, device=model.device)
     n_train = scheduler.config.num_train_timesteps
@@ -126,6 +127,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
     latents, prefix, prefix_noise = request.latents, request.prefix, request.prefix_noise
     label = f"{request.unit} {request.index}"
     step_cache = StepCache(request.cache or StepCacheConfig(), request.steps)  # this call's alone
+    previewed = False
     if prefix is not None and prefix_noise is not None:  # renoise: the prefix starts at the first step's level
         sigmas = [float(s) for s in scheduler.sigmas]  # (steps + 1,): each step's noise level, then 0
         latents[:, :, : prefix.shape[2]] = renoised(prefix, prefix_noise, sigmas[0])
@@ -147,7 +149,14 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
                 pred = request.forward(transformer, latents.to(model.dtype), t, i)
             step_cache.observe(sigma, pred)
         velocity = guided_velocity(model, pred, latents, sigma, guidance)
-        preview = latents - sigma * velocity if request.preview_at == i + 1 else None
+        preview = None
+        if (
+            request.preview_sigma is not None
+            and not previewed
+            and sigma <= request.preview_sigma
+            and i + 1 < request.steps
+        ):
+            preview, previewed = latents - sigma * velocity, True
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
             held = prefix  # the last step (and "clean" at every step): the clean prefix, exactly
@@ -224,7 +233,7 @@ def denoise_segment(
     continuation: str = "clean",  # "clean": the prefix at timestep 0; "renoise": re-noised every step (`renoised`)
     guidance_2: float | None = None,  # two-expert models: the low-noise expert's guidance; None: `guidance`
     anchor: SegmentAnchor | None = None,  # a frame of the shot's first segment in place of the prefix's first
-    preview_at: int | None = None,  # yield a `Preview` after this step (the health gate's); None: none
+    preview_sigma: float | None = None,  # yield a `Preview` at this noise level (the health gate's); None: none
 ) -> Generator[StepProgress | Preview, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring).
 
@@ -284,7 +293,7 @@ def denoise_segment(
         prefix_noise=prefix_noise,
         cache=cache,
         guidance_2=guidance_2 if use_cfg else None,
-        preview_at=preview_at,
+        preview_sigma=preview_sigma,
     )
     restore = prefix is not None and (context_noise > 0 or anchor is not None)
     steps_run = denoise(model, request)

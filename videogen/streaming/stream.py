@@ -40,7 +40,7 @@ from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 
 from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, preview_step, run_gate
+from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, run_gate
 from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
@@ -152,7 +152,7 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
         noise = attempt_noise(shape, settings.seed, state.chunk, attempt)
         request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
                                  settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel,
-                                 preview_at=preview_step(preview, settings.steps))  # fmt: skip
+                                 preview_sigma=preview or None)  # fmt: skip
         return denoise(model, request)
 
     if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
