@@ -2,7 +2,7 @@
 renders (calibration) and what it adds to render time.
 
     PYTHONPATH=. python benchmarks/health.py calibrate [--renders 12] [--seconds 4]
-    PYTHONPATH=. python benchmarks/health.py overhead [--renders 6] [--seconds 10]
+    PYTHONPATH=. python benchmarks/health.py overhead [--renders 6] [--seconds 10] [--held-out --first 0 --prompts 6]
     PYTHONPATH=. python benchmarks/health.py preview [--seconds 90] [--first 2 --prompts 1]
 
 `calibrate`: seeded renders of in-grammar prompts (`videogen.training.scenes.random_scene`) with
@@ -10,7 +10,8 @@ the gate on; per check, the largest ratio any segment reached (> 1 fails) and th
 segments that failed a check (each failure is a retry: the false-positive rate). `overhead`:
 the same renders with the gate off and on, interleaved so that load on the machine hits both
 alike; the ratio of the total times (target <= 1.15) and whether the videos are byte-identical
-where no segment was retried. `preview`: long held-out prompts (by default the two-object ones,
+where no segment was retried (`--held-out`: the long evaluation's held-out prompts, two-object
+ones among them, instead of random in-grammar ones). `preview`: long held-out prompts (by default the two-object ones,
 where most segments fail), every attempt run in full as without previews, and each attempt's
 clean-frame prediction at a few noise levels (x0 = x - sigma v, at the first step at or below
 each) decoded and judged beside its final frames: per level, how many final failures the preview already shows and how many
@@ -88,20 +89,29 @@ def overhead(args, model, tmp: Path) -> dict:
 
     gate.check_segment = timed
     off = on = 0.0
-    identical = retried = 0
-    for i, prompt in enumerate(prompts(args.renders)):
+    identical = retried = retries = 0
+    if args.held_out:  # the long evaluation's held-out prompts, prompt i with seed i
+        from videogen.training.long_eval import long_prompts
+
+        chosen = [(i, s.caption()) for i, s in enumerate(long_prompts(args.first + args.prompts))][args.first :]
+    else:
+        chosen = list(enumerate(prompts(args.renders)))
+    for i, prompt in chosen:
         t_off, _ = run(RenderSpec.single(prompt, args.seconds, seed=i, health_checks=[]), model, tmp / "off.mp4")
         t_on, events = run(RenderSpec.single(prompt, args.seconds, seed=i), model, tmp / "on.mp4")
         off, on = off + t_off, on + t_on
-        if any(isinstance(e, SegmentRetried) for e in events):
+        n = sum(isinstance(e, SegmentRetried) for e in events)
+        retries += n
+        if n:
             retried += 1
         else:
             identical += (tmp / "off.mp4").read_bytes() == (tmp / "on.mp4").read_bytes()
-        print(f"seed {i}: off {t_off:.1f} s, on {t_on:.1f} s", file=sys.stderr)
-    return {"benchmark": "health.overhead", "renders": args.renders, "seconds": args.seconds, "gate_off_s": round(off, 2),
-            "gate_on_s": round(on, 2), "ratio": round(on / off, 4), "checks_s": round(spent[0], 3),
-            "checks_share_of_gate_off": round(spent[0] / off, 5), "renders_retried": retried,
-            "identical_without_retry": identical}  # fmt: skip
+        print(f"seed {i} {prompt!r}: off {t_off:.1f} s, on {t_on:.1f} s ({t_on / t_off:.2f}x), {n} retries",
+              file=sys.stderr)  # fmt: skip
+    return {"benchmark": "health.overhead", "renders": len(chosen), "seconds": args.seconds, "held_out": args.held_out,
+            "gate_off_s": round(off, 2), "gate_on_s": round(on, 2), "ratio": round(on / off, 4),
+            "checks_s": round(spent[0], 3), "checks_share_of_gate_off": round(spent[0] / off, 5),
+            "renders_retried": retried, "retries": retries, "identical_without_retry": identical}  # fmt: skip
 
 
 LEVELS = (0.96, 0.92, 0.885, 0.77)  # noise levels (`HealthConfig.preview`); 24 steps: after 4, 6, 8, 12
@@ -128,7 +138,7 @@ def preview(args, model, tmp: Path) -> dict:
     rows: list[dict] = []
     run_gate = gate.run_gate
 
-    def judged_gate(sample, decode, judge, config):
+    def judged_gate(sample, decode, judge, config, spare=None):
         def sample_and_preview(attempt, share=0.0):
             predicted.clear()
             latents = yield from sample(attempt, 0.0)
@@ -137,7 +147,7 @@ def preview(args, model, tmp: Path) -> dict:
             rows.append({"attempt": attempt, "passed": final.passed, "preview_passed": looks})
             return latents
 
-        return run_gate(sample_and_preview, decode, judge, config)
+        return run_gate(sample_and_preview, decode, judge, config, spare)
 
     loop.guided_velocity, gate.run_gate = recorded, judged_gate
     scenes = long_prompts(args.first + args.prompts)[args.first :]
@@ -165,10 +175,13 @@ def main() -> None:
     ap.add_argument("mode", choices=("calibrate", "overhead", "preview"))
     ap.add_argument("--renders", type=int)
     ap.add_argument("--seconds", type=float)
-    ap.add_argument("--first", type=int, default=2, help="preview: the first held-out long prompt (0-based)")
     ap.add_argument(
-        "--prompts", type=int, default=4, help="preview: how many (2..5: the two-object prompts and two more)"
+        "--first", type=int, default=2, help="preview, --held-out: the first held-out long prompt (0-based)"
     )
+    ap.add_argument("--prompts", type=int, default=4,
+                    help="preview, --held-out: how many (2..5: the two-object prompts and two more)")  # fmt: skip
+    ap.add_argument("--held-out", action="store_true",
+                    help="overhead: the long evaluation's held-out prompts (--first, --prompts), not --renders random ones")  # fmt: skip
     args = ap.parse_args()
     args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
     args.seconds = args.seconds or {"calibrate": 4.0, "overhead": 10.0, "preview": 90.0}[args.mode]

@@ -257,6 +257,7 @@ def test_a_preview_stops_a_failing_attempt_early(verdicts, chosen, stopped, step
     assert sum(isinstance(e, StepProgress) for e in events) == steps
     record = result.record(3)
     assert record["steps"] == steps and record["stopped"] == list(stopped)
+    assert result.retry_steps == record["retry_steps"] == steps - 6  # all but the kept attempt's 6
 
 
 def test_when_the_attempt_run_on_after_its_preview_goes_nan_the_next_best_is_run_on():
@@ -426,23 +427,33 @@ def test_gate_for_withholds_retries_after_a_failing_run_only_when_asked():
             HealthConfig(give_up_after=bad)
 
 
-def test_gate_for_spends_no_more_than_the_retry_budget():
-    from videogen.sampling.health import gate_for
+def test_the_retry_budget_bounds_the_steps_retries_add_whatever_fails():
+    from videogen.sampling.health import Verdict, retry_spare
 
-    budget = HealthConfig(retries=2, retry_budget=0.15)
-    assert gate_for(budget, 0, 0, 0) is budget  # the bucket starts full
-    assert gate_for(budget, 0, 2, 0).retries == 0 and gate_for(budget, 0, 1, 0).retries == 1
-    assert gate_for(budget, 0, 2, 7).retries == 1  # floor(0.15 x 7) = 1 back
-    # Every segment failing every attempt: the retries stay within 2 + 15% of the segments.
-    used = 0
-    for judged in range(300):
-        used += gate_for(budget, judged, used, judged).retries
-    assert used == 2 + 44  # floor(0.15 x 299): the last segment spends what the 299 before it earned
-    none = HealthConfig(retries=2)
-    assert gate_for(none, 0, 500, 10) is none  # no budget: no bound
-    for bad in (-0.1, 11, True, "0.1", float("nan")):
-        with pytest.raises(ValueError, match="retry_budget"):
-            HealthConfig(retry_budget=bad)
+    budget = HealthConfig(checks=("black",), retries=2, retry_budget=0.15)
+    assert retry_spare(budget, 24, 0, 0) == 48  # the bucket starts full: two whole retries
+    assert retry_spare(budget, 24, 1000, 170) == pytest.approx(48 + 150 - 170)
+    assert retry_spare(HealthConfig(retries=2), 24, 0, 500) is None  # no budget: no bound
+    fail = lambda value: Verdict(("black",), 1.0)
+    for preview in (0.0, 0.5):  # a stopped retry costs 2 steps of 6, a full one 6
+        config = replace(budget, preview=preview)
+        kept = spent = withheld = 0
+        for _ in range(300):  # every attempt of every segment fails
+            spare = retry_spare(config, 6, kept, spent)
+            result, _ = _drive(run_gate(_previewing_sampler([]), lambda latents: latents.item(), fail, config, spare))
+            kept, spent = kept + result.steps - result.retry_steps, spent + result.retry_steps
+            withheld += result.withheld
+            assert result.withheld == (result.attempts < 3)
+        assert kept == 300 * 6
+        # At most the full bucket and 15% of the kept steps, and one attempt over; and all of it spent.
+        assert 0.15 * kept - 6 <= spent <= 2 * 6 + 0.15 * kept + 6
+        assert withheld > 200
+    # A spent budget asks for no preview: there is nothing to choose between.
+    calls = []
+    result, _ = _drive(
+        run_gate(_previewing_sampler(calls), lambda v: v.item(), fail, replace(budget, preview=0.5), 0.0)
+    )
+    assert calls == [(0, 0.0)] and result.withheld and result.retry_steps == 0
 
 
 def test_the_failing_run_counts_this_shots_failing_segments_and_survives_a_checkpoint():
@@ -488,10 +499,10 @@ def _plant_black_segments(monkeypatch, model, always: set[int], first_only: set[
     ({"give_up_after": 1}, [(1, ()), (3, ("black",)), (1, ("black",)), (1, ("black",)), (1, ()), (2, ()), (1, ())],
      [2, 3, 4]),  # 4 had none to spend either
     ({"give_up_after": 0}, [(1, ()), (3, ("black",)), (2, ()), (2, ()), (1, ()), (2, ()), (1, ())], []),
-    # A budget of half a retry per segment: 2 + floor(0.5 x judged) in all. Segment 1 spends 2,
-    # 2 may spend 2 + 1 - 2 = 1 (and passes on it), 3 none (kept black), 5 one again.
-    ({"retry_budget": 0.5}, [(1, ()), (3, ("black",)), (2, ()), (1, ("black",)), (1, ()), (2, ()), (1, ())],
-     [2, 3, 4, 5, 6]),
+    # A budget of 0: the full bucket only, two segments' steps (8). The preset's previews stop a
+    # black attempt after 2 of its 4 steps: segment 1 spends 4 on two stopped retries, 2 and 3 a
+    # stopped attempt 0 and 2 steps each on a retry that passes (8 spent), 5 none (kept black).
+    ({"retry_budget": 0.0}, [(1, ()), (3, ("black",)), (2, ()), (2, ()), (1, ()), (1, ("black",)), (1, ())], [5]),
 ])  # fmt: skip
 def test_a_render_stops_retrying_a_failing_run_or_over_its_budget(builtin_model, tmp_path, monkeypatch, gate, expected,
                                                                    withheld):  # fmt: skip

@@ -19,6 +19,7 @@ import torch
 
 from videogen.config.plan import SegmentPlan
 from videogen.rendering.events import SegmentRetried
+from videogen.sampling import health
 from videogen.sampling.health import GateResult, Retry, Sampler, SegmentStats, check_segment, gate_for, run_gate
 from videogen.sampling.loop import StepProgress
 
@@ -52,7 +53,7 @@ class HealthHistory:
             self.anchor = self.anchor or stats
             self.previous = stats
         record = result.record(seg.index)
-        if retries_withheld:  # `give_up_after` or `retry_budget`: fewer re-samplings allowed than `retries`
+        if retries_withheld or result.withheld:  # `give_up_after` or `retry_budget`: fewer re-samplings than `retries`
             record["retries_withheld"] = True
         self.records.append(record)
 
@@ -60,9 +61,18 @@ class HealthHistory:
     def retries_used(self) -> int:
         return sum(r["attempts"] - 1 for r in self.records)
 
+    @property
+    def retry_steps(self) -> int:
+        """Denoising steps of the attempts not kept (records from before steps were counted: 0)."""
+        return sum(r.get("retry_steps", 0) for r in self.records)
+
+    @property
+    def kept_steps(self) -> int:
+        return sum(r.get("steps", 0) for r in self.records) - self.retry_steps
+
     def report(self) -> dict:
         """The drift report's `health` entry."""
-        return {"retries_used": self.retries_used, "segments": list(self.records)}
+        return {"retries_used": self.retries_used, "retry_steps": self.retry_steps, "segments": list(self.records)}
 
     def state_dict(self) -> dict:
         return {"anchor": self.anchor and self.anchor.to_dict(), "previous": self.previous and self.previous.to_dict(),
@@ -82,14 +92,15 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
     yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt."""
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         history.new_shot()
-    config = gate_for(inputs.resolved.health, history.failing_run, history.retries_used, len(history.records))
+    config = gate_for(inputs.resolved.health, history.failing_run)
     withheld = config.retries < inputs.resolved.health.retries
+    spare = health.retry_spare(config, inputs.resolved.settings.steps, history.kept_steps, history.retry_steps)
     prefix = seg.overlap_frames if not seg.first_in_shot else (1 if _image_prefix(seg, inputs) else 0)
 
     def judge(frames: np.ndarray) -> Any:
         return check_segment(frames, prefix, history.previous, history.anchor, config)
 
-    gate = run_gate(sample, decode, judge, config)
+    gate = run_gate(sample, decode, judge, config, spare)
     while True:
         try:
             event = next(gate)

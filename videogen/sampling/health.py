@@ -37,7 +37,6 @@ its shot and the shot's anchor (first) segment:
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -323,6 +322,8 @@ class GateResult:
     verdicts: tuple[Verdict, ...]  # every attempt's, in order (a paused attempt's: its preview's)
     stopped: tuple[int, ...] = ()  # attempts run no further than their preview (`HealthConfig.preview`)
     steps: int = 0  # denoising steps run over all attempts
+    retry_steps: int = 0  # of which the attempts not kept (what the retries added)
+    withheld: bool = False  # a failing attempt was kept with retries left: the `retry_budget` was spent
 
     @property
     def attempts(self) -> int:
@@ -335,32 +336,40 @@ class GateResult:
     def record(self, index: int) -> dict:
         """The segment's line in the drift report and the job's retry list."""
         record = {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
-                  "reasons": [list(v.failed) for v in self.verdicts], "steps": self.steps}  # fmt: skip
+                  "reasons": [list(v.failed) for v in self.verdicts], "steps": self.steps,
+                  "retry_steps": self.retry_steps}  # fmt: skip
         if self.stopped:
             record["stopped"] = list(self.stopped)
         return record
 
 
-def gate_for(config: HealthConfig, failing_run: int, retries_used: int = 0, judged: int = 0) -> HealthConfig:
+def gate_for(config: HealthConfig, failing_run: int) -> HealthConfig:
     """The gate for the next segment after `failing_run` segments in a row kept a failing attempt
     (counted from the shot's, or the prompt's, first): with `give_up_after` N > 0 and a run of N or
-    more, the same checks without re-sampling, until a segment passes and the run ends. With a
-    `retry_budget` B, after `retries_used` retries over the `judged` segments before this one (the
-    whole render's, or stream's), at most `retries` + floor(B x judged) - `retries_used` retries."""
+    more, the same checks without re-sampling, until a segment passes and the run ends."""
     if config.give_up_after and failing_run >= config.give_up_after and config.retries:
         return replace(config, retries=0)
-    if config.retry_budget is not None:
-        left = max(0, config.retries + math.floor(config.retry_budget * judged + 1e-9) - retries_used)
-        if left < config.retries:
-            return replace(config, retries=left)
     return config
+
+
+def retry_spare(config: HealthConfig, steps: int, kept_steps: int, retry_steps: int) -> float | None:
+    """The denoising steps the next segment's (or chunk's, of `steps` steps) retries may still
+    start with a `retry_budget` B, after `kept_steps` steps of kept attempts and `retry_steps` of
+    retries before it (the whole render's, or stream's): `retries` x `steps` (a bucket that starts
+    full) + B x `kept_steps` - `retry_steps`. A retry starts while what this segment's retries ran
+    stays below it, so retries add about B to the steps (one attempt more at most) however many
+    segments keep failing; with previews a stopped retry costs its steps to the preview, not all.
+    None: no budget."""
+    if config.retry_budget is None:
+        return None
+    return config.retries * steps + config.retry_budget * kept_steps - retry_steps
 
 
 Sampler = Callable[[int, float], Generator[Any, None, torch.Tensor]]
 
 
 def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judge: Callable[[np.ndarray], Verdict],
-             config: HealthConfig) -> Generator[Any, None, GateResult]:  # fmt: skip
+             config: HealthConfig, spare: float | None = None) -> Generator[Any, None, GateResult]:  # fmt: skip
     """Sample (`sample(attempt, preview)`: a denoising generator; `preview`, the noise level at
     which it yields a `Preview`, 0 for none), decode and judge up to `1 + retries` attempts,
     stopping at the first that passes. Yields what the sampler yields (but its previews), and a
@@ -373,20 +382,24 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     a failing attempt costs the steps down to the preview. The verdicts of paused attempts are
     their previews'; `GateResult.stopped` names them, `GateResult.steps` counts the steps run.
 
+    `spare` (`retry_spare`): the steps this segment's retries may start within; a retry starts
+    only while the retries so far ran fewer (`GateResult.withheld` when one is refused).
+
     NaN latents fail `nonfinite` (when that check is on; otherwise `NonFiniteLatents` propagates,
     as without the gate); if every attempt is NaN the last error is raised: NaN frames are never
     kept."""
-    level = config.preview if config.retries else 0.0  # nothing to choose between: no preview
+    can_retry = config.retries > 0 and (spare is None or spare > 0)
+    level = config.preview if can_retry else 0.0  # nothing to choose between: no preview
     verdicts: list[Verdict] = []
     best: tuple[torch.Tensor, np.ndarray, int] | None = None
     paused: list[tuple[Verdict, int, Generator[Any, None, torch.Tensor]]] = []
     resumed: list[int] = []
     error: NonFiniteLatents | None = None
-    steps = 0
+    per_attempt = [0] * (1 + config.retries)  # denoising steps run, by attempt
+    withheld = False
 
-    def run(gen: Generator[Any, None, torch.Tensor], stop_at_preview: bool) -> Generator[Any, None, Any]:
+    def run(gen: Generator[Any, None, torch.Tensor], attempt: int, stop_at_preview: bool) -> Generator[Any, None, Any]:
         """Drive `gen`, passing its steps on; its latents, or its `Preview` when asked to stop there."""
-        nonlocal steps
         while True:
             try:
                 event = next(gen)
@@ -396,23 +409,26 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
                 if stop_at_preview:
                     return event
                 continue
-            steps += isinstance(event, StepProgress)
+            per_attempt[attempt] += isinstance(event, StepProgress)
             yield event
 
     try:
         for attempt in range(1 + config.retries):
             if verdicts:
+                if spare is not None and sum(per_attempt[1:]) >= spare:
+                    withheld = True
+                    break
                 yield Retry(attempt, verdicts[-1].failed)
             try:
                 gen = sample(attempt, level)
-                out = yield from run(gen, stop_at_preview=True)
+                out = yield from run(gen, attempt, stop_at_preview=True)
                 if isinstance(out, Preview):
                     verdict = judge(decode(out.latents))
                     if not verdict.passed:
                         verdicts.append(verdict)
                         paused.append((verdict, attempt, gen))
                         continue
-                    out = yield from run(gen, stop_at_preview=False)
+                    out = yield from run(gen, attempt, stop_at_preview=False)
             except NonFiniteLatents as exc:
                 if "nonfinite" not in config.checks:
                     raise
@@ -430,7 +446,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
         for _, attempt, gen in sorted(paused, key=lambda p: p[0].score) if best is None else ():
             resumed.append(attempt)
             try:
-                latents = yield from run(gen, stop_at_preview=False)
+                latents = yield from run(gen, attempt, stop_at_preview=False)
             except NonFiniteLatents as exc:
                 if "nonfinite" not in config.checks:
                     raise
@@ -448,4 +464,6 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
         assert error is not None
         raise error
     stopped = tuple(a for _, a, _ in paused if a not in resumed)
-    return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, steps)
+    steps = sum(per_attempt)
+    return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, steps, steps - per_attempt[best[2]],
+                      withheld and bool(verdicts[best[2]].failed))  # fmt: skip

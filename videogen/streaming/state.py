@@ -71,6 +71,8 @@ class StreamState:
     health_previous: SegmentStats | None = None
     last_frame: np.ndarray | None = None  # (H, W, 3) uint8
     retries: int = 0  # re-generations so far
+    retry_steps: int = 0  # their denoising steps (`videogen.sampling.health.retry_spare`)
+    kept_steps: int = 0  # the kept attempts' denoising steps
     failing_run: int = 0  # the prompt's last chunks in a row that kept a failing attempt (`gate_for`)
 
 

@@ -40,7 +40,7 @@ from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 
 from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, run_gate
+from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, retry_spare, run_gate
 from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
@@ -159,14 +159,14 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
         latents = run_to_end(sample(0))
         made = MadeChunk(latents, _decode(model, state, latents), steps=settings.steps)
     else:
-        made = _gated(state, health, sample, lambda latents: _decode(model, state, latents))
+        made = _gated(state, health, settings.steps, sample, lambda latents: _decode(model, state, latents))
     write_pass(model, state, settings, made.latents, frames, plan)
     state.latent_frames += len(frames)
     state.last_latent = made.latents[:, :, -1:].clone()
     return made
 
 
-def _gated(state: StreamState, health: HealthConfig, sample: Sampler,
+def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler,
            decode: Callable[[torch.Tensor], np.ndarray]) -> MadeChunk:  # fmt: skip
     """Run the health gate over a chunk's attempts; the previous chunk's last frame leads each
     attempt's frames, so the seam into the chunk is judged too."""
@@ -176,15 +176,17 @@ def _gated(state: StreamState, health: HealthConfig, sample: Sampler,
         shown = frames if lead is None else np.concatenate([lead[None], frames])
         return check_segment(shown, 0 if lead is None else 1, state.health_previous, state.health_anchor, health)
 
-    result = run_to_end(
-        run_gate(sample, decode, judge, gate_for(health, state.failing_run, state.retries, state.chunk))
-    )
+    config = gate_for(health, state.failing_run)
+    spare = retry_spare(config, steps, state.kept_steps, state.retry_steps)
+    result = run_to_end(run_gate(sample, decode, judge, config, spare))
     state.failing_run = state.failing_run + 1 if result.failed else 0
     stats = result.verdicts[result.chosen].stats
     state.health_anchor = state.health_anchor or stats
     state.health_previous = stats
     state.last_frame = result.frames[-1].copy() if len(result.frames) else lead
     state.retries += result.attempts - 1
+    state.retry_steps += result.retry_steps
+    state.kept_steps += result.steps - result.retry_steps
     return MadeChunk(result.latents, result.frames, result.attempts, result.failed,
                      tuple(v.failed for v in result.verdicts), result.steps)  # fmt: skip
 
