@@ -9,7 +9,8 @@ renders (calibration) and what it adds to render time.
 the gate on; per check, the largest ratio any segment reached (> 1 fails) and the share of
 segments that failed a check (each failure is a retry: the false-positive rate). `overhead`:
 the same renders with the gate off and on, interleaved so that load on the machine hits both
-alike; the ratio of the total times (target <= 1.15) and whether the videos are byte-identical
+alike; the ratio of the total times (target <= 1.15), the transformer evaluations the retries
+added (from the drift reports: what a `retry_budget` counts) and whether the videos are byte-identical
 where no segment was retried (`--held-out`: the long evaluation's held-out prompts, two-object
 ones among them, instead of random in-grammar ones). `preview`: long held-out prompts (by default the two-object ones,
 where most segments fail), every attempt run in full as without previews, and each attempt's
@@ -90,6 +91,7 @@ def overhead(args, model, tmp: Path) -> dict:
     gate.check_segment = timed
     off = on = 0.0
     identical = retried = retries = 0
+    evals = [0, 0]  # transformer evaluations of the attempts not kept, of those kept (the drift reports)
     if args.held_out:  # the long evaluation's held-out prompts, prompt i with seed i
         from videogen.training.long_eval import long_prompts
 
@@ -100,18 +102,22 @@ def overhead(args, model, tmp: Path) -> dict:
         t_off, _ = run(RenderSpec.single(prompt, args.seconds, seed=i, health_checks=[]), model, tmp / "off.mp4")
         t_on, events = run(RenderSpec.single(prompt, args.seconds, seed=i), model, tmp / "on.mp4")
         off, on = off + t_off, on + t_on
+        records = json.loads((tmp / "on.mp4.drift.json").read_text())["health"]["segments"]
+        cost = sum(r["retry_evals"] for r in records), sum(r["evals"] - r["retry_evals"] for r in records)
+        evals = [evals[0] + cost[0], evals[1] + cost[1]]
         n = sum(isinstance(e, SegmentRetried) for e in events)
         retries += n
         if n:
             retried += 1
         else:
             identical += (tmp / "off.mp4").read_bytes() == (tmp / "on.mp4").read_bytes()
-        print(f"seed {i} {prompt!r}: off {t_off:.1f} s, on {t_on:.1f} s ({t_on / t_off:.2f}x), {n} retries",
-              file=sys.stderr)  # fmt: skip
+        print(f"seed {i} {prompt!r}: off {t_off:.1f} s, on {t_on:.1f} s ({t_on / t_off:.2f}x), {n} retries "
+              f"(+{100 * cost[0] / max(cost[1], 1):.0f}% transformer evaluations)", file=sys.stderr)  # fmt: skip
     return {"benchmark": "health.overhead", "renders": len(chosen), "seconds": args.seconds, "held_out": args.held_out,
             "gate_off_s": round(off, 2), "gate_on_s": round(on, 2), "ratio": round(on / off, 4),
             "checks_s": round(spent[0], 3), "checks_share_of_gate_off": round(spent[0] / off, 5),
-            "renders_retried": retried, "retries": retries, "identical_without_retry": identical}  # fmt: skip
+            "renders_retried": retried, "retries": retries, "retry_evals": round(evals[0] / max(evals[1], 1), 4),
+            "identical_without_retry": identical}  # fmt: skip
 
 
 LEVELS = (0.96, 0.92, 0.885, 0.77)  # noise levels (`HealthConfig.preview`); 24 steps: after 4, 6, 8, 12

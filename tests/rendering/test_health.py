@@ -250,14 +250,14 @@ def test_a_preview_stops_a_failing_attempt_early(verdicts, chosen, stopped, step
     calls = []
     config = replace(CONFIG, checks=("black",), preview=0.34)
     result, events = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
-    assert (result.chosen, result.stopped, result.steps) == (chosen, stopped, steps)
+    assert (result.chosen, result.stopped, result.evals) == (chosen, stopped, steps)
     assert int(result.latents.item()) == 10 * chosen + 2  # the kept attempt ran to its end
     assert result.verdicts[chosen].passed == (kept == "ok") and result.attempts == len(calls)
     assert all(p == 0.34 for _, p in calls) and not any(isinstance(e, Preview) for e in events)
     assert sum(isinstance(e, StepProgress) for e in events) == steps
     record = result.record(3)
-    assert record["steps"] == steps and record["stopped"] == list(stopped)
-    assert result.retry_steps == record["retry_steps"] == steps - 6  # all but the kept attempt's 6
+    assert record["evals"] == steps and record["stopped"] == list(stopped)
+    assert result.retry_evals == record["retry_evals"] == steps - 6  # all but the kept attempt's 6
 
 
 def test_when_the_attempt_run_on_after_its_preview_goes_nan_the_next_best_is_run_on():
@@ -275,7 +275,7 @@ def test_when_the_attempt_run_on_after_its_preview_goes_nan_the_next_best_is_run
     judge = lambda value: Verdict(("black",), severity[int(value)])
     config = replace(CONFIG, checks=("black", "nonfinite"), preview=0.5)
     result, _ = _drive(run_gate(sample, lambda latents: latents.item(), judge, config))
-    assert (result.chosen, result.stopped, result.steps) == (2, (0,), 3 + 1)
+    assert (result.chosen, result.stopped, result.evals) == (2, (0,), 3 + 1)
     assert result.verdicts[1] is NONFINITE and int(result.latents.item()) == 12
 
 
@@ -287,7 +287,7 @@ def test_without_retries_or_with_preview_off_every_attempt_runs_to_its_end():
                                                                             retries=0)):  # fmt: skip
         calls = []
         result, _ = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
-        assert all(p == 0.0 for _, p in calls) and result.stopped == () and result.steps == 6 * len(calls)
+        assert all(p == 0.0 for _, p in calls) and result.stopped == () and result.evals == 6 * len(calls)
         assert "stopped" not in result.record(0)
 
 
@@ -427,7 +427,7 @@ def test_gate_for_withholds_retries_after_a_failing_run_only_when_asked():
             HealthConfig(give_up_after=bad)
 
 
-def test_the_retry_budget_bounds_the_steps_retries_add_whatever_fails():
+def test_the_retry_budget_bounds_the_transformer_evaluations_retries_add_whatever_fails():
     from videogen.sampling.health import Verdict, retry_spare
 
     budget = HealthConfig(checks=("black",), retries=2, retry_budget=0.15)
@@ -441,7 +441,7 @@ def test_the_retry_budget_bounds_the_steps_retries_add_whatever_fails():
         for _ in range(300):  # every attempt of every segment fails
             spare = retry_spare(config, 6, kept, spent)
             result, _ = _drive(run_gate(_previewing_sampler([]), lambda latents: latents.item(), fail, config, spare))
-            kept, spent = kept + result.steps - result.retry_steps, spent + result.retry_steps
+            kept, spent = kept + result.evals - result.retry_evals, spent + result.retry_evals
             withheld += result.withheld
             assert result.withheld == (result.attempts < 3)
         assert kept == 300 * 6
@@ -453,7 +453,31 @@ def test_the_retry_budget_bounds_the_steps_retries_add_whatever_fails():
     result, _ = _drive(
         run_gate(_previewing_sampler(calls), lambda v: v.item(), fail, replace(budget, preview=0.5), 0.0)
     )
-    assert calls == [(0, 0.0)] and result.withheld and result.retry_steps == 0
+    assert calls == [(0, 0.0)] and result.withheld and result.retry_evals == 0
+
+
+def test_the_gate_charges_an_attempt_its_transformer_evaluations_not_its_steps():
+    """With the step cache a finished attempt forecasts some late steps, while a retry stopped
+    at its preview ran the transformer on all its early ones: the gate counts evaluations
+    (`StepProgress.evaluated`), so a budget prices each attempt at what it cost."""
+    from videogen.sampling.health import Verdict, retry_spare
+
+    def sample(attempt, preview=0.0):  # 6 steps; steps 4 and 6 forecast; a preview after step 2
+        for step in range(1, 7):
+            yield StepProgress(0, step, 6, evaluated=step not in (4, 6))
+            if step == 2 and preview:
+                yield Preview(step, torch.full((1,), 10.0 * attempt + 1))
+        return torch.full((1,), 10.0 * attempt + 2)
+
+    judge = lambda value: Verdict() if int(value) in (21, 22) else Verdict(("black",), 1.0)
+    config = replace(CONFIG, checks=("black",), preview=0.5)
+    result, events = _drive(run_gate(sample, lambda latents: latents.item(), judge, config))
+    # attempts 0 and 1 stop at their previews (2 evaluations each); 2 passes and runs on (4 of 6)
+    assert (result.chosen, result.stopped) == (2, (0, 1)) and sum(isinstance(e, StepProgress) for e in events) == 10
+    assert (result.evals, result.retry_evals) == (2 + 2 + 4, 4)
+    assert result.record(0)["evals"] == 8 and result.record(0)["retry_evals"] == 4
+    # A budget of 0.5 after 8 kept evaluations and 4 of retries leaves 0 beyond the spent bucket of 2 x 6.
+    assert retry_spare(replace(config, retry_budget=0.5), 6, 8, 4) == 12 + 4 - 4
 
 
 def test_the_failing_run_counts_this_shots_failing_segments_and_survives_a_checkpoint():
@@ -546,7 +570,7 @@ def test_a_render_with_previews_makes_the_same_video_for_fewer_steps(builtin_mod
         videos[preview] = (tmp_path / f"{preview}.mp4").read_bytes()
         reports[preview] = json.loads((tmp_path / f"{preview}.mp4.drift.json").read_text())["health"]["segments"]
     assert videos[0.885] == videos[0.0]
-    off, on = ([(r["attempts"], r["chosen"], r["failed_checks"], r["steps"], r.get("stopped")) for r in reports[p]]
+    off, on = ([(r["attempts"], r["chosen"], r["failed_checks"], r["evals"], r.get("stopped")) for r in reports[p]]
                for p in (0.0, 0.885))  # fmt: skip
     assert off[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 12, None), (2, 1, [], 8, None)]
     assert on[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 2 + 2 + 2 + 2, [1, 2]), (2, 1, [], 2 + 4, [0])]

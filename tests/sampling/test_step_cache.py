@@ -19,7 +19,7 @@ from videogen.config.step_cache import StepCacheConfig
 from videogen.errors import InvalidOption, RenderCancelled
 from videogen.models.codec import video_to_uint8
 from videogen.sampling.cache import StepCache
-from videogen.sampling.loop import denoise_segment, run_to_end
+from videogen.sampling.loop import denoise_segment, run_counting, run_to_end
 
 STEPS = 12
 
@@ -243,3 +243,23 @@ def test_taylor_never_runs_a_forecast_steps_transformer(builtin_model):
     finally:
         handle.remove()
     assert blocks == len(calls) * len(builtin_model.transformer.blocks) < STEPS * len(builtin_model.transformer.blocks)
+
+
+@pytest.mark.parametrize(("mode", "threshold"), [("taylor", 0.05), ("mag", 0.02), ("first-block", 0.3), (None, 0.0)])
+def test_each_step_says_whether_the_transformer_ran_for_it(builtin_model, mode, threshold):
+    """`StepProgress.evaluated` is what the health gate counts as an attempt's cost: False on the
+    steps the cache forecast or whose blocks it skipped, so the evaluations reported are the
+    transformer calls that ran every block."""
+    cache = StepCacheConfig(mode, threshold) if mode else None
+    count = FeedForwardCount(builtin_model.transformer)
+    try:
+        _, evals = run_counting(_denoise(builtin_model, cache))
+        blocks = count.calls
+    finally:
+        count.close()
+    n = len(builtin_model.transformer.blocks)
+    if mode in (None, "taylor", "mag"):  # a skipped step runs no block at all
+        assert evals * n == blocks
+    else:  # first-block: a skipped step still runs block 0
+        assert evals * n + (STEPS - evals) == blocks
+    assert (evals == STEPS) == (mode is None)

@@ -136,4 +136,4 @@ def test_a_stream_with_previews_keeps_the_chunks_it_kept_without(causal_model, m
     assert np.array_equal(_frames(made[0.885]), _frames(made[0.0]))
     # Chunk 1: three attempts of 4 steps, or three previews after 2 steps and the first run on (2 + 2 + 2 + 2);
     # chunk 2: 4 + 4, or 2 + 4. Every other chunk: one attempt of 4 either way.
-    assert [c.steps for c in made[0.0][:4]] == [4, 12, 8, 4] and [c.steps for c in made[0.885][:4]] == [4, 8, 6, 4]
+    assert [c.evals for c in made[0.0][:4]] == [4, 12, 8, 4] and [c.evals for c in made[0.885][:4]] == [4, 8, 6, 4]

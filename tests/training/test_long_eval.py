@@ -149,8 +149,8 @@ def test_eval_builtin_long_renders_streams_and_prints_a_json_line():
         assert result[f"{path}_retries"] >= 0
     # The denoising the retries added (a render's from its drift report, a stream's from its chunks)
     for path in ("render", "stream"):
-        assert result[f"{path}_retry_steps"] >= 0
-        assert (result[f"{path}_retry_steps"] > 0) == (result[f"{path}_retries"] > 0)
+        assert result[f"{path}_retry_evals"] >= 0
+        assert (result[f"{path}_retry_evals"] > 0) == (result[f"{path}_retries"] > 0)
     assert 0.0 <= result["max_missing"] <= 1.0
     assert result["worst_window"]["prompt"] == long_prompts(1)[0].caption() and result["worst_window"]["reason"]
 

@@ -54,12 +54,13 @@ class HealthConfig:
     # before the seam) is one no new noise brings back, and retrying it costs the whole render
     # time. 0: always re-sample. `videogen.sampling.health.gate_for`.
     give_up_after: int = 0
-    # The denoising steps retries may add to one render (or stream), as a share of the steps of
-    # the attempts it keeps: a segment starts a retry only while the retries' steps so far stay
-    # within `retries` segments' steps (a bucket that starts full) + this share of the kept
-    # steps, so retries add about this share to the sampling time however many segments keep
-    # failing. With `preview`, a stopped retry costs its steps to the preview, not all of them.
-    # None: no such bound. `videogen.sampling.health.retry_spare`.
+    # The transformer evaluations retries may add to one render (or stream), as a share of those
+    # of the attempts it keeps: a segment starts a retry only while the retries' evaluations so
+    # far stay within `retries` segments' steps (a bucket that starts full) + this share of the
+    # kept evaluations, so retries add about this share to the sampling time however many
+    # segments keep failing. Evaluations, not steps: a step the step cache forecasts costs next to
+    # nothing, and a retry stopped at its `preview` costs the evaluations it ran, not all of an
+    # attempt's. None: no such bound. `videogen.sampling.health.retry_spare`.
     retry_budget: float | None = None
     # Judge each attempt first on the clean frames the model predicts at the first step whose
     # noise level (sigma, 1 = pure noise) is at or below this (x0 = x - sigma v, decoded), and run
@@ -98,7 +99,7 @@ class HealthConfig:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
                                    or not 0 <= budget <= MAX_RETRIES):  # fmt: skip
             raise ValueError(
-                f"retry_budget must be a share of the denoising steps in 0..{MAX_RETRIES} or null, got {budget!r}"
+                f"retry_budget must be a share of the transformer evaluations in 0..{MAX_RETRIES} or null, got {budget!r}"
             )
         if isinstance(self.preview, bool) or not isinstance(self.preview, int | float) or not 0 <= self.preview < 1:
             raise ValueError(f"preview must be a noise level in [0, 1), got {self.preview!r}")

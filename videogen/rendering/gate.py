@@ -62,17 +62,18 @@ class HealthHistory:
         return sum(r["attempts"] - 1 for r in self.records)
 
     @property
-    def retry_steps(self) -> int:
-        """Denoising steps of the attempts not kept (records from before steps were counted: 0)."""
-        return sum(r.get("retry_steps", 0) for r in self.records)
+    def retry_evals(self) -> int:
+        """Transformer evaluations of the attempts not kept (`GateResult.evals`; a checkpoint
+        from before they were counted has its steps, or nothing: 0)."""
+        return sum(r.get("retry_evals", r.get("retry_steps", 0)) for r in self.records)
 
     @property
-    def kept_steps(self) -> int:
-        return sum(r.get("steps", 0) for r in self.records) - self.retry_steps
+    def kept_evals(self) -> int:
+        return sum(r.get("evals", r.get("steps", 0)) for r in self.records) - self.retry_evals
 
     def report(self) -> dict:
         """The drift report's `health` entry."""
-        return {"retries_used": self.retries_used, "retry_steps": self.retry_steps, "segments": list(self.records)}
+        return {"retries_used": self.retries_used, "retry_evals": self.retry_evals, "segments": list(self.records)}
 
     def state_dict(self) -> dict:
         return {"anchor": self.anchor and self.anchor.to_dict(), "previous": self.previous and self.previous.to_dict(),
@@ -94,7 +95,7 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
         history.new_shot()
     config = gate_for(inputs.resolved.health, history.failing_run)
     withheld = config.retries < inputs.resolved.health.retries
-    spare = health.retry_spare(config, inputs.resolved.settings.steps, history.kept_steps, history.retry_steps)
+    spare = health.retry_spare(config, inputs.resolved.settings.steps, history.kept_evals, history.retry_evals)
     prefix = seg.overlap_frames if not seg.first_in_shot else (1 if _image_prefix(seg, inputs) else 0)
 
     def judge(frames: np.ndarray) -> Any:

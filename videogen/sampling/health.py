@@ -321,8 +321,10 @@ class GateResult:
     chosen: int  # its attempt number
     verdicts: tuple[Verdict, ...]  # every attempt's, in order (a paused attempt's: its preview's)
     stopped: tuple[int, ...] = ()  # attempts run no further than their preview (`HealthConfig.preview`)
-    steps: int = 0  # denoising steps run over all attempts
-    retry_steps: int = 0  # of which the attempts not kept (what the retries added)
+    # Transformer evaluations over all attempts: the denoising steps the transformer ran for (a step
+    # the step cache forecast costs next to nothing: `StepProgress.evaluated`).
+    evals: int = 0
+    retry_evals: int = 0  # of which the attempts not kept (what the retries added)
     withheld: bool = False  # a failing attempt was kept with retries left: the `retry_budget` was spent
 
     @property
@@ -336,8 +338,8 @@ class GateResult:
     def record(self, index: int) -> dict:
         """The segment's line in the drift report and the job's retry list."""
         record = {"segment": index, "attempts": self.attempts, "chosen": self.chosen, "failed_checks": list(self.failed),
-                  "reasons": [list(v.failed) for v in self.verdicts], "steps": self.steps,
-                  "retry_steps": self.retry_steps}  # fmt: skip
+                  "reasons": [list(v.failed) for v in self.verdicts], "evals": self.evals,
+                  "retry_evals": self.retry_evals}  # fmt: skip
         if self.stopped:
             record["stopped"] = list(self.stopped)
         return record
@@ -352,17 +354,20 @@ def gate_for(config: HealthConfig, failing_run: int) -> HealthConfig:
     return config
 
 
-def retry_spare(config: HealthConfig, steps: int, kept_steps: int, retry_steps: int) -> float | None:
-    """The denoising steps the next segment's (or chunk's, of `steps` steps) retries may still
-    start with a `retry_budget` B, after `kept_steps` steps of kept attempts and `retry_steps` of
-    retries before it (the whole render's, or stream's): `retries` x `steps` (a bucket that starts
-    full) + B x `kept_steps` - `retry_steps`. A retry starts while what this segment's retries ran
-    stays below it, so retries add about B to the steps (one attempt more at most) however many
-    segments keep failing; with previews a stopped retry costs its steps to the preview, not all.
-    None: no budget."""
+def retry_spare(config: HealthConfig, steps: int, kept_evals: int, retry_evals: int) -> float | None:
+    """The transformer evaluations the next segment's (or chunk's, of `steps` denoising steps)
+    retries may still start with a `retry_budget` B, after `kept_evals` evaluations of kept
+    attempts and `retry_evals` of retries before it (the whole render's, or stream's): `retries`
+    x `steps` (a bucket that starts full; an attempt evaluates the transformer at most once a step)
+    + B x `kept_evals` - `retry_evals`. A retry starts while what this segment's retries ran stays
+    below it, so retries add about B to the transformer's work (one attempt more at most) however
+    many segments keep failing. Evaluations, not steps: with the step cache a finished attempt
+    runs the transformer on part of its steps only, while a retry stopped at its preview ran it on
+    nearly all of its early ones; counting steps would price that retry at a third of an attempt
+    where it costs over half (docs/builtin-model.md, "A retry budget"). None: no budget."""
     if config.retry_budget is None:
         return None
-    return config.retries * steps + config.retry_budget * kept_steps - retry_steps
+    return config.retries * steps + config.retry_budget * kept_evals - retry_evals
 
 
 Sampler = Callable[[int, float], Generator[Any, None, torch.Tensor]]
@@ -380,10 +385,11 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     its end and is judged again. When every attempt stopped at its preview, the one whose preview
     judged best runs on to its end and is kept. So a segment that passes at once costs what it did;
     a failing attempt costs the steps down to the preview. The verdicts of paused attempts are
-    their previews'; `GateResult.stopped` names them, `GateResult.steps` counts the steps run.
+    their previews'; `GateResult.stopped` names them, `GateResult.evals` counts the transformer
+    evaluations run.
 
-    `spare` (`retry_spare`): the steps this segment's retries may start within; a retry starts
-    only while the retries so far ran fewer (`GateResult.withheld` when one is refused).
+    `spare` (`retry_spare`): the evaluations this segment's retries may start within; a retry
+    starts only while the retries so far ran fewer (`GateResult.withheld` when one is refused).
 
     NaN latents fail `nonfinite` (when that check is on; otherwise `NonFiniteLatents` propagates,
     as without the gate); if every attempt is NaN the last error is raised: NaN frames are never
@@ -395,7 +401,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     paused: list[tuple[Verdict, int, Generator[Any, None, torch.Tensor]]] = []
     resumed: list[int] = []
     error: NonFiniteLatents | None = None
-    per_attempt = [0] * (1 + config.retries)  # denoising steps run, by attempt
+    per_attempt = [0] * (1 + config.retries)  # transformer evaluations run, by attempt
     withheld = False
 
     def run(gen: Generator[Any, None, torch.Tensor], attempt: int, stop_at_preview: bool) -> Generator[Any, None, Any]:
@@ -409,7 +415,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
                 if stop_at_preview:
                     return event
                 continue
-            per_attempt[attempt] += isinstance(event, StepProgress)
+            per_attempt[attempt] += isinstance(event, StepProgress) and event.evaluated
             yield event
 
     try:
@@ -464,6 +470,6 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
         assert error is not None
         raise error
     stopped = tuple(a for _, a, _ in paused if a not in resumed)
-    steps = sum(per_attempt)
-    return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, steps, steps - per_attempt[best[2]],
+    evals = sum(per_attempt)
+    return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, evals, evals - per_attempt[best[2]],
                       withheld and bool(verdicts[best[2]].failed))  # fmt: skip

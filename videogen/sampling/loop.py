@@ -42,6 +42,10 @@ class StepProgress:
     segment: int  # the segment (or stream chunk) being denoised
     step: int  # 1-based: steps done in this segment
     steps: int
+    # The transformer ran for this step. False where the step cache forecast its output or reused
+    # its blocks' residual (`videogen.sampling.cache`): such a step costs a small share of one that
+    # ran. The health gate counts these evaluations, not steps, as what an attempt cost.
+    evaluated: bool = True
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
         if low_noise and guidance is not None and request.guidance_2 is not None:
             guidance = request.guidance_2
         sigma = float(t) / n_train
+        skipped = step_cache.skipped
         pred = step_cache.forecast(transformer, i, sigma)  # None unless `taylor` forecasts this step
         if pred is None:
             with (
@@ -168,7 +173,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
                 f"{label}: latents became NaN/Inf at denoising step {i + 1} of {request.steps}; "
                 f"try --dtype float32 or fewer --guidance"
             )
-        yield StepProgress(request.index, i + 1, request.steps)
+        yield StepProgress(request.index, i + 1, request.steps, evaluated=step_cache.skipped == skipped)
         if preview is not None:
             if prefix is not None:
                 preview[:, :, : prefix.shape[2]] = prefix
@@ -178,11 +183,18 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
 
 def run_to_end(steps: Generator[Any, None, Result]) -> Result:
     """Drive a denoising generator (or a gate over one) to its end, ignoring its events; its result."""
+    return run_counting(steps)[0]
+
+
+def run_counting(steps: Generator[Any, None, Result]) -> tuple[Result, int]:
+    """`run_to_end`, and the transformer evaluations its steps ran (`StepProgress.evaluated`)."""
+    evals = 0
     while True:
         try:
-            next(steps)
+            event = next(steps)
         except StopIteration as stop:
-            return stop.value
+            return stop.value, evals
+        evals += isinstance(event, StepProgress) and event.evaluated
 
 
 @dataclass(frozen=True)

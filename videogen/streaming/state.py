@@ -28,7 +28,10 @@ class StreamChunk:
     attempts: int = 1  # samplings of this chunk (1: it passed the health gate, or the gate is off)
     failed_checks: tuple[str, ...] = ()  # checks the kept attempt still fails (none passed: the best is kept)
     reasons: tuple[tuple[str, ...], ...] = ()  # the checks each attempt failed, in order (gate on)
-    steps: int = 0  # denoising steps run for it over all attempts (a health-gate preview stops one early)
+    # Transformer evaluations run for it over all attempts (`GateResult.evals`; a health-gate
+    # preview stops an attempt early), and those of the attempts not kept.
+    evals: int = 0
+    retry_evals: int = 0
 
     @property
     def end_seconds(self) -> float:
@@ -71,8 +74,8 @@ class StreamState:
     health_previous: SegmentStats | None = None
     last_frame: np.ndarray | None = None  # (H, W, 3) uint8
     retries: int = 0  # re-generations so far
-    retry_steps: int = 0  # their denoising steps (`videogen.sampling.health.retry_spare`)
-    kept_steps: int = 0  # the kept attempts' denoising steps
+    retry_evals: int = 0  # their transformer evaluations (`videogen.sampling.health.retry_spare`)
+    kept_evals: int = 0  # the kept attempts' transformer evaluations
     failing_run: int = 0  # the prompt's last chunks in a row that kept a failing attempt (`gate_for`)
 
 

@@ -41,7 +41,7 @@ from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
 from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, retry_spare, run_gate
-from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_to_end
+from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_counting, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
 
@@ -119,7 +119,7 @@ def _chunks(model: Any, spec: StreamSpec, settings: StreamSettings, state: Strea
         if total is not None:
             frames = frames[: total - state.frames]
         chunk = StreamChunk(index, frames, state.frames, state.prompt, fps, made.attempts, made.failed,
-                            made.reasons, made.steps)  # fmt: skip
+                            made.reasons, made.evals, made.retry_evals)  # fmt: skip
         state.frames += len(frames)
         state.chunk += 1
         yield chunk
@@ -136,7 +136,8 @@ class MadeChunk:
     attempts: int = 1
     failed: tuple[str, ...] = ()  # checks the kept attempt still fails
     reasons: tuple[tuple[str, ...], ...] = ()  # each attempt's failed checks (gate on)
-    steps: int = 0  # denoising steps run over all attempts
+    evals: int = 0  # transformer evaluations run over all attempts (`GateResult.evals`)
+    retry_evals: int = 0  # of which the attempts not kept
 
 
 def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, cancel: Callable[[], bool] | None,
@@ -156,8 +157,8 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
         return denoise(model, request)
 
     if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
-        latents = run_to_end(sample(0))
-        made = MadeChunk(latents, _decode(model, state, latents), steps=settings.steps)
+        latents, evals = run_counting(sample(0))
+        made = MadeChunk(latents, _decode(model, state, latents), evals=evals)
     else:
         made = _gated(state, health, settings.steps, sample, lambda latents: _decode(model, state, latents))
     write_pass(model, state, settings, made.latents, frames, plan)
@@ -177,7 +178,7 @@ def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler
         return check_segment(shown, 0 if lead is None else 1, state.health_previous, state.health_anchor, health)
 
     config = gate_for(health, state.failing_run)
-    spare = retry_spare(config, steps, state.kept_steps, state.retry_steps)
+    spare = retry_spare(config, steps, state.kept_evals, state.retry_evals)
     result = run_to_end(run_gate(sample, decode, judge, config, spare))
     state.failing_run = state.failing_run + 1 if result.failed else 0
     stats = result.verdicts[result.chosen].stats
@@ -185,10 +186,10 @@ def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler
     state.health_previous = stats
     state.last_frame = result.frames[-1].copy() if len(result.frames) else lead
     state.retries += result.attempts - 1
-    state.retry_steps += result.retry_steps
-    state.kept_steps += result.steps - result.retry_steps
+    state.retry_evals += result.retry_evals
+    state.kept_evals += result.evals - result.retry_evals
     return MadeChunk(result.latents, result.frames, result.attempts, result.failed,
-                     tuple(v.failed for v in result.verdicts), result.steps)  # fmt: skip
+                     tuple(v.failed for v in result.verdicts), result.evals, result.retry_evals)  # fmt: skip
 
 
 def _decode(model: Any, state: StreamState, latents: torch.Tensor) -> np.ndarray:

@@ -233,9 +233,9 @@ class LongVideo:
     seams: tuple[tuple[int, int], ...]
     retry_frames: tuple[int, ...]  # first output frame of each re-sampled segment or chunk
     compute_s: float  # wall seconds spent generating (and, for a render, encoding)
-    # (denoising steps run, steps one attempt per segment or chunk would have run): what the
-    # gate's retries cost (a render's from its drift report, a stream's from its chunks)
-    sampling_steps: tuple[int, int] = (0, 0)
+    # (transformer evaluations of the attempts not kept, of those kept): what the gate's retries
+    # cost (a render's from its drift report, a stream's from its chunks)
+    sampling_evals: tuple[int, int] = (0, 0)
 
 
 def render_long(model, prompt: str, seconds: float, seed: int, steps: int | None, guidance: float | None,
@@ -259,8 +259,8 @@ def render_long(model, prompt: str, seconds: float, seed: int, steps: int | None
     compute = time.perf_counter() - start
     drift = json.loads(Path(report).read_text()) if report else {}
     records = (drift.get("health") or {}).get("segments", [])
-    per_attempt = steps or model.preset.steps
-    sampling = (sum(int(r.get("steps", per_attempt * r["attempts"])) for r in records), per_attempt * len(records))
+    retried = sum(int(r["retry_evals"]) for r in records)
+    sampling = (retried, sum(int(r["evals"]) for r in records) - retried)
     frames = VideoReader(out).read_all()
     seams = tuple((int(a), int(b)) for a, b in drift.get("seams", []))
     return LongVideo(frames, model.preset.fps, seams, tuple(retries), compute, sampling)
@@ -279,7 +279,8 @@ def stream_long(model, prompt: str, seconds: float, seed: int, steps: int | None
     compute = time.perf_counter() - start
     seams = tuple((c.first_frame, c.first_frame) for c in chunks[1:])
     retries = tuple(c.first_frame for c in chunks for _ in range(int(getattr(c, "attempts", 1)) - 1))
-    sampling = (sum(c.steps for c in chunks), (steps or model.preset.steps) * len(chunks))
+    retried = sum(c.retry_evals for c in chunks)
+    sampling = (retried, sum(c.evals for c in chunks) - retried)
     return LongVideo(np.concatenate([c.frames for c in chunks]), model.preset.fps, seams, retries, compute, sampling)
 
 
@@ -295,7 +296,8 @@ class LongEvaluation:
     windows: list[WindowVerdict]
     compute_s: dict[str, float]  # path -> wall seconds generating
     video_s: dict[str, float]  # path -> seconds of video made
-    steps: dict[str, list[int]] = field(default_factory=dict)  # path -> [steps run, steps without retries]
+    # path -> [transformer evaluations of the attempts not kept, of those kept] (`GateResult.evals`)
+    evals: dict[str, list[int]] = field(default_factory=dict)
 
     def summary(self) -> dict:
         """The figures of the JSON line."""
@@ -312,9 +314,9 @@ class LongEvaluation:
             out[f"{path}_max_background_de"] = round(max(w.background_de for w in ws), 2)
             out[f"{path}_max_seam_jump"] = round(max(w.seam_jump for w in ws), 2)
             out[f"{path}_retries"] = sum(w.retries for w in ws)
-            run, plain = self.steps.get(path, [0, 0])
-            if plain:  # the denoising the retries added, as a share of the video's own
-                out[f"{path}_retry_steps"] = round(run / plain - 1.0, 4)
+            retried, kept = self.evals.get(path, [0, 0])
+            if kept:  # the transformer work the retries added, as a share of the video's own
+                out[f"{path}_retry_evals"] = round(retried / kept, 4)
             out[f"{path}_compute_s_per_s"] = round(self.compute_s[path] / max(self.video_s[path], 1e-9), 3)
         out["max_missing"] = round(max((w.missing for w in self.windows), default=0.0), 4)
         out["worst_window"] = _worst(self.windows)
@@ -358,12 +360,12 @@ def evaluate_long(render_model, stream_model, *, seconds: float, prompts: int = 
                 result.windows += windows
                 result.compute_s[path] = result.compute_s.get(path, 0.0) + video.compute_s
                 result.video_s[path] = result.video_s.get(path, 0.0) + len(video.frames) / video.fps
-                counted = result.steps.setdefault(path, [0, 0])
-                counted[0], counted[1] = counted[0] + video.sampling_steps[0], counted[1] + video.sampling_steps[1]
+                counted = result.evals.setdefault(path, [0, 0])
+                counted[0], counted[1] = counted[0] + video.sampling_evals[0], counted[1] + video.sampling_evals[1]
                 if log:  # each video's windows as soon as they are judged: a cut-short run still tells
                     passed = sum(w.passed for w in windows)
-                    run, plain = video.sampling_steps
-                    cost = f", retries +{100 * (run / plain - 1):.0f}% steps" if plain else ""
+                    retried, kept = video.sampling_evals
+                    cost = f", retries +{100 * retried / kept:.0f}% transformer evaluations" if kept else ""
                     log(
                         f"{path} {scene.caption()}: {passed}/{len(windows)} windows pass ({video.compute_s:.0f} s{cost})"
                     )
