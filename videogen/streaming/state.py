@@ -44,7 +44,7 @@ class StreamSettings:
 
     steps: int
     guidance: float | None  # classifier-free guidance scale; None: none (the batch is cond only)
-    flow_shift: float
+    flow_shift: float | None  # None: the scheduler's own (a model folder that sets none)
     seed: int
     chunk_frames: int  # latent frames per chunk
     first_chunk_frames: int
