@@ -15,8 +15,12 @@ where no segment was retried (`--held-out`: the long evaluation's held-out promp
 ones among them, instead of random in-grammar ones). `preview`: long held-out prompts (by default the two-object ones,
 where most segments fail), every attempt run in full as without previews, and each attempt's
 clean-frame prediction at a few noise levels (x0 = x - sigma v, at the first step at or below
-each) decoded and judged beside its final frames: per level, how many final failures the preview already shows and how many
-passing attempts it would wrongly stop (`HealthConfig.preview`). Each prints one JSON line last.
+each) judged beside its final frames, decoded both fully and at a glance (the codec's cheapest
+decode: the built-in one's without its temporal refiner): per level and decode, how many final
+failures the preview already shows, how many passing attempts it would wrongly stop
+(`HealthConfig.preview`) and the transformer evaluations a failing attempt then runs; and the
+same for two-look ladders (a glance, then the full decode later, as the gate takes them). Each
+prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import random
 import sys
 import tempfile
 import time
+from itertools import accumulate
 from pathlib import Path
 
 from videogen.config.spec import RenderSpec
@@ -120,7 +125,7 @@ def overhead(args, model, tmp: Path) -> dict:
             "identical_without_retry": identical}  # fmt: skip
 
 
-LEVELS = (0.96, 0.92, 0.885, 0.77)  # noise levels (`HealthConfig.preview`); 24 steps: after 4, 6, 8, 12
+LEVELS = (0.969, 0.953, 0.916, 0.885, 0.767)  # noise levels (`HealthConfig.preview`); 24 steps: after 3, 4, 6, 8, 12
 
 
 def preview(args, model, tmp: Path) -> dict:
@@ -132,7 +137,7 @@ def preview(args, model, tmp: Path) -> dict:
     scheduler = model.make_scheduler(model.preset.flow_shift)
     scheduler.set_timesteps(steps)
     sigmas = [float(t) / scheduler.config.num_train_timesteps for t in scheduler.timesteps]
-    at = sorted({next(i + 1 for i, s in enumerate(sigmas) if s <= level) for level in LEVELS})
+    at = [i + 1 for i in loop.preview_steps(scheduler, LEVELS, steps)]  # as the gate takes them
     predicted: list = []  # this attempt's clean-frame prediction per step
     velocity_of = loop.guided_velocity
 
@@ -144,16 +149,28 @@ def preview(args, model, tmp: Path) -> dict:
     rows: list[dict] = []
     run_gate = gate.run_gate
 
-    def judged_gate(sample, decode, judge, config, spare=None):
-        def sample_and_preview(attempt, share=0.0):
+    def judged_gate(sample, decode, judge, config, spare=None, glance=None):
+        glance = glance or decode
+
+        def sample_and_preview(attempt, levels=()):
             predicted.clear()
-            latents = yield from sample(attempt, 0.0)
+            gen, evaluated = sample(attempt, ()), []
+            while True:  # as `yield from`, noting which steps ran the transformer
+                try:
+                    event = next(gen)
+                except StopIteration as done:
+                    latents = done.value
+                    break
+                if isinstance(event, loop.StepProgress):
+                    evaluated.append(event.evaluated)
+                yield event
             final = judge(decode(latents))
-            looks = {k: judge(decode(predicted[k - 1])).passed for k in at}
-            rows.append({"attempt": attempt, "passed": final.passed, "preview_passed": looks})
+            rows.append({"attempt": attempt, "passed": final.passed, "evals": list(accumulate(evaluated)),
+                         "full": {k: judge(decode(predicted[k - 1])).passed for k in at},
+                         "glance": {k: judge(glance(predicted[k - 1])).passed for k in at}})  # fmt: skip
             return latents
 
-        return run_gate(sample_and_preview, decode, judge, config, spare)
+        return run_gate(sample_and_preview, decode, judge, config, spare, glance)
 
     loop.guided_velocity, gate.run_gate = recorded, judged_gate
     scenes = long_prompts(args.first + args.prompts)[args.first :]
@@ -161,19 +178,36 @@ def preview(args, model, tmp: Path) -> dict:
         before = len(rows)
         run(RenderSpec.single(scene.caption(), args.seconds, seed=i), model, tmp / f"p{i}.mp4")
         print(f"prompt {i} {scene.caption()!r}: {len(rows) - before} attempts", file=sys.stderr)
-    by_step = {}
-    for k in at:
-        fails = [r for r in rows if not r["passed"]]
-        passes = [r for r in rows if r["passed"]]
-        by_step[f"{k}/{steps}"] = {
-            "final_failures_caught": sum(not r["preview_passed"][k] for r in fails), "final_failures": len(fails),
-            "passes_stopped": sum(not r["preview_passed"][k] for r in passes), "passes": len(passes),
-        }  # fmt: skip
-        print(f"preview after step {k:>2} of {steps} (sigma {sigmas[k - 1]:.3f}): catches {by_step[f'{k}/{steps}']['final_failures_caught']}"
-              f"/{len(fails)} failing attempts, would stop {by_step[f'{k}/{steps}']['passes_stopped']}/{len(passes)} "
-              f"passing ones", file=sys.stderr)  # fmt: skip
+    fails = [r for r in rows if not r["passed"]]
+    passes = [r for r in rows if r["passed"]]
+
+    def ladder(looks: list[tuple[int, str]]) -> dict:
+        """Looks in order ((step, "full" or "glance")): failing attempts caught, passing ones
+        stopped, and the transformer evaluations a failing attempt runs before it stops (all of
+        its own where no look shows it)."""
+
+        def stop(r):
+            return next((k for k, how in looks if not r[how][k]), None)
+
+        evals = [r["evals"][k - 1] if (k := stop(r)) else r["evals"][-1] for r in fails]
+        return {"final_failures_caught": sum(stop(r) is not None for r in fails), "final_failures": len(fails),
+                "passes_stopped": sum(stop(r) is not None for r in passes), "passes": len(passes),
+                "mean_evals_of_a_failing_attempt": round(sum(evals) / max(len(evals), 1), 2)}  # fmt: skip
+
+    full_attempt = round(sum(r["evals"][-1] for r in rows) / max(len(rows), 1), 2)
+    print(f"an attempt run to its end evaluates the transformer {full_attempt} times on average", file=sys.stderr)
+    by_step, ladders = {}, {}
+    for how in ("full", "glance"):
+        for k in at:
+            by_step[f"{k}/{steps} {how}"] = row = ladder([(k, how)])
+            print(f"{how} preview after step {k:>2} of {steps} (sigma {sigmas[k - 1]:.3f}): {row}", file=sys.stderr)
+    # Two looks, as the gate takes them: a glance at step a, then the full decode at step b.
+    for a, b in ((a, b) for a in at for b in at if a < b):
+        ladders[f"{a} glance, {b} full"] = row = ladder([(a, "glance"), (b, "full")])
+        print(f"glance after step {a}, then full after step {b}: {row}", file=sys.stderr)
     return {"benchmark": "health.preview", "seconds": args.seconds, "prompts": [s.caption() for s in scenes],
-            "attempts": len(rows), "by_step": by_step}  # fmt: skip
+            "attempts": len(rows), "evals_of_a_full_attempt": full_attempt, "by_step": by_step,
+            "ladders": ladders}  # fmt: skip
 
 
 def main() -> None:

@@ -3,6 +3,8 @@ the CLI's `--retries`/`--checks`/`--gate` and the API's fields resolve to one `H
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from videogen.cli.main import build_parser
@@ -55,15 +57,29 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
     ("give_up_after", "two", "must be a whole number >= 0"), ("retry_budget", "-0.5", "must be a share of the transformer evaluations"),
     ("retry_budget", "11", "must be a share of the transformer evaluations"), ("retry_budget", "lots", "must be a share of the transformer evaluations"),
     ("preview", "1", "must be a noise level in"), ("preview", "-0.1", "must be a noise level in"),
-    ("preview", "soon", "must be a noise level in"),
+    ("preview", "soon", "must be a noise level in"), ("preview", "[0.9, 0.95]", "must list 1..4 falling noise levels"),
+    ("preview", "[0.9, 0]", "must list 1..4 falling noise levels"), ("preview", "[]", "must list 1..4 falling noise levels"),
+    ("preview", "[0.9, 0.8, 0.7, 0.6, 0.5]", "must list 1..4 falling noise levels"),
 ])  # fmt: skip
 def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(
         "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
         f"    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      {field}: {value}\n"
     )
-    with pytest.raises(ModelLoadError, match=f"preset 'm' .*{field} {says}.*{value}"):
+    with pytest.raises(ModelLoadError, match=re.escape(f"{field} {says}") + ".*" + re.escape(value)) as info:
         load_presets()
+    assert "preset 'm'" in str(info.value)
+
+
+def test_a_ladder_of_preview_levels_loads_as_falling_levels(presets_file):
+    presets_file(
+        "presets:\n  m:\n    kind: builtin\n    size: 64x64\n    fps: 16\n    steps: 2\n    guidance: 1\n"
+        "    segment_seconds: 2\n    overlap_frames: 5\n    health:\n      preview: [0.953, 0.873]\n"
+    )
+    health = load_presets()["m"].health
+    assert health.preview == (0.953, 0.873) and health.preview_levels == (0.953, 0.873)
+    assert __import__("dataclasses").replace(health, preview=0.5).preview_levels == (0.5,)
+    assert __import__("dataclasses").replace(health, preview=0).preview_levels == ()
 
 
 def test_the_stream_preset_gives_up_on_a_failing_run_and_the_render_preset_does_not():

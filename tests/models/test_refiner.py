@@ -46,6 +46,14 @@ def test_a_latent_frame_is_refined_from_itself_and_the_one_before_only():
     assert torch.equal(codec.decode(latents[:, :, 2:3]), PixelCodec().decode(latents[:, :, 2:3]))
 
 
+def test_a_glance_is_the_lossless_decode_without_the_refiner():
+    """A gate preview's early looks (`videogen.sampling.health.run_gate`) skip the refiner."""
+    video = torch.rand(1, 3, 21, 16, 16) * 2 - 1
+    latents = PixelCodec().encode(video)
+    codec = PixelCodec(refiner=_random_refiner())
+    assert torch.equal(codec.glance(latents), video) and not torch.allclose(codec.decode(latents), video, atol=1e-3)
+
+
 def test_decoding_chunk_by_chunk_with_the_previous_latent_frame_matches_one_decode():
     """How a stream decodes (`videogen.streaming.stream._decode`): each chunk with the previous
     chunk's last latent frame in front, its one frame dropped."""

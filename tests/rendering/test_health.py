@@ -173,8 +173,8 @@ def test_attempt_zero_is_todays_noise_and_later_attempts_are_fixed_by_seed_segme
 
 
 def _fake_sampler(outcomes):
-    def sample(attempt, preview=0.0):
-        assert preview == 0.0
+    def sample(attempt, previews=()):
+        assert previews == ()
         yield StepProgress(0, 1, 1)
         if outcomes[attempt] == "nan":
             raise NonFiniteLatents("segment 0: NaN")
@@ -253,7 +253,7 @@ def test_a_preview_stops_a_failing_attempt_early(verdicts, chosen, stopped, step
     assert (result.chosen, result.stopped, result.evals) == (chosen, stopped, steps)
     assert int(result.latents.item()) == 10 * chosen + 2  # the kept attempt ran to its end
     assert result.verdicts[chosen].passed == (kept == "ok") and result.attempts == len(calls)
-    assert all(p == 0.34 for _, p in calls) and not any(isinstance(e, Preview) for e in events)
+    assert all(p == (0.34,) for _, p in calls) and not any(isinstance(e, Preview) for e in events)
     assert sum(isinstance(e, StepProgress) for e in events) == steps
     record = result.record(3)
     assert record["evals"] == steps and record["stopped"] == list(stopped)
@@ -287,7 +287,7 @@ def test_without_retries_or_with_preview_off_every_attempt_runs_to_its_end():
                                                                             retries=0)):  # fmt: skip
         calls = []
         result, _ = _drive(run_gate(_previewing_sampler(calls), lambda latents: latents.item(), judge, config))
-        assert all(p == 0.0 for _, p in calls) and result.stopped == () and result.evals == 6 * len(calls)
+        assert all(p == () for _, p in calls) and result.stopped == () and result.evals == 6 * len(calls)
         assert "stopped" not in result.record(0)
 
 
@@ -297,13 +297,13 @@ def test_the_preview_comes_at_the_first_step_at_or_below_its_noise_level(builtin
 
     cond = builtin_model.prompt_encoder.encode([PROMPT])
 
-    def run(preview_sigma):
+    def run(levels):
         gen = denoise_segment(builtin_model, cond=cond, uncond=None, latent_frames=3, latent_size=(8, 8), prefix=None,
-                              steps=steps, guidance=1.0, flow_shift=3.0, seed=1, preview_sigma=preview_sigma)  # fmt: skip
+                              steps=steps, guidance=1.0, flow_shift=3.0, seed=1, preview_sigmas=levels)  # fmt: skip
         return _drive(gen)
 
-    latents, events = run(level)
-    plain, _ = run(None)
+    latents, events = run((level,))
+    plain, _ = run(())
     previews = [e for e in events if isinstance(e, Preview)]
     assert [p.step for p in previews] == ([at] if at else [])  # never after the last step
     assert torch.equal(latents, plain)  # a preview changes nothing of the sampling
@@ -311,6 +311,64 @@ def test_the_preview_comes_at_the_first_step_at_or_below_its_noise_level(builtin
         index = events.index(previews[0])
         assert events[index - 1] == StepProgress(0, at, steps) and previews[0].latents.shape == latents.shape
         assert 0 < (previews[0].latents - latents).abs().mean() < (latents.abs().mean())
+
+
+def test_a_ladder_of_levels_looks_once_per_step_and_marks_its_last_look(builtin_model):
+    from videogen.sampling.loop import denoise_segment
+
+    cond = builtin_model.prompt_encoder.encode([PROMPT])
+
+    def previews(levels, steps=24):
+        gen = denoise_segment(builtin_model, cond=cond, uncond=None, latent_frames=3, latent_size=(8, 8), prefix=None,
+                              steps=steps, guidance=1.0, flow_shift=3.0, seed=1, preview_sigmas=levels)  # fmt: skip
+        return [(e.step, e.last) for e in _drive(gen)[1] if isinstance(e, Preview)]
+
+    assert previews((0.953, 0.885)) == [(4, False), (8, True)]
+    # 0.99 and 0.986 both fall to step 2 (noise level 0.985): one look there; 0.005 is never reached
+    # before the last step, so the look at step 8 is the last.
+    assert previews((0.99, 0.986, 0.885, 0.005)) == [(2, False), (8, True)]
+
+
+def _laddered_sampler(calls, steps=6):
+    """Attempt a's latents are 10 a + 1 at its first look (after step 2), 10 a + 3 at its second
+    (after step 4), 10 a + 2 at its end."""
+
+    def sample(attempt, previews=()):
+        calls.append((attempt, previews))
+        for step in range(1, steps + 1):
+            yield StepProgress(0, step, steps)
+            if previews and step in (2, 4):
+                yield Preview(step, torch.full((1,), 10.0 * attempt + step - 1), last=step == 4)
+        return torch.full((1,), 10.0 * attempt + 2)
+
+    return sample
+
+
+@pytest.mark.parametrize(("verdicts", "chosen", "stopped", "evals"), [
+    # 0 fails its glance after 2 steps; 1 passes it and fails the full look after 4; 2 passes both
+    ({1: "bad", 13: "bad"}, 2, (0, 1), 2 + 4 + 6),
+    # every attempt stops: 1 got furthest (passed a look) and runs on, though 0's look judged better
+    ({1: "bad", 13: "worse", 21: "bad"}, 1, (0, 2), 2 + 6 + 2),
+])  # fmt: skip
+def test_a_ladder_screens_at_a_glance_and_decides_on_the_full_decode(verdicts, chosen, stopped, evals):
+    from videogen.sampling.health import Verdict
+
+    scores = {"bad": 3.0, "worse": 5.0}
+    decoded = []
+
+    def judge(value):
+        kind = verdicts.get(int(value), "ok")
+        return Verdict() if kind == "ok" else Verdict(("black",), scores[kind])
+
+    def with_(how):
+        return lambda latents: decoded.append((int(latents.item()), how)) or latents.item()
+
+    calls = []
+    config = replace(CONFIG, checks=("black",), preview=(0.9, 0.8))
+    result, _ = _drive(run_gate(_laddered_sampler(calls), with_("full"), judge, config, glance=with_("glance")))
+    assert (result.chosen, result.stopped, result.evals) == (chosen, stopped, evals)
+    assert int(result.latents.item()) == 10 * chosen + 2 and all(p == (0.9, 0.8) for _, p in calls)
+    assert all(how == ("glance" if value % 10 == 1 else "full") for value, how in decoded)  # first looks only
 
 
 def test_bad_gate_options_name_the_option():
@@ -342,8 +400,8 @@ def _plant(monkeypatch, model, kind: str, segment: int = 1):
             raise NonFiniteLatents(f"segment {segment}: planted NaN")
         return real_denoise(seg, inputs, handoff, attempt, *rest)
 
-    def decode(latents):
-        video = real_decode(latents)
+    def decode(latents, **how):  # the gate's glance (a preview's decode) comes through here too
+        video = real_decode(latents, **how)
         if current.get("at") == (segment, 0):
             video = video.clone()
             if kind == "black":
@@ -453,7 +511,7 @@ def test_the_retry_budget_bounds_the_transformer_evaluations_retries_add_whateve
     result, _ = _drive(
         run_gate(_previewing_sampler(calls), lambda v: v.item(), fail, replace(budget, preview=0.5), 0.0)
     )
-    assert calls == [(0, 0.0)] and result.withheld and result.retry_evals == 0
+    assert calls == [(0, ())] and result.withheld and result.retry_evals == 0
 
 
 def test_the_gate_charges_an_attempt_its_transformer_evaluations_not_its_steps():
@@ -507,8 +565,8 @@ def _plant_black_segments(monkeypatch, model, always: set[int], first_only: set[
         current["at"] = (seg.index, attempt)
         return real_denoise(seg, inputs, handoff, attempt, *rest)
 
-    def decode(latents):
-        video = real_decode(latents)
+    def decode(latents, **how):  # the gate's glance (a preview's decode) comes through here too
+        video = real_decode(latents, **how)
         index, attempt = current.get("at", (-1, 0))
         if index in always or (index in first_only and attempt == 0):
             video = video.clone()

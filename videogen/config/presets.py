@@ -19,6 +19,7 @@ ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "referen
 # The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
 HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours")
 MAX_RETRIES = 10
+MAX_PREVIEWS = 4  # looks a gate preview ladder may take (`HealthConfig.preview`)
 # How a continuing segment (or an image-to-video start) sees its latent prefix
 # (`videogen.sampling.loop.denoise_segment`; docs/architecture.md, "Continuation in latent space"):
 #   clean    the prefix is given clean, its tokens at timestep 0 (Wan's per-token timesteps): for
@@ -67,9 +68,10 @@ class HealthConfig:
     # an attempt that fails there no further: a failed attempt then costs the steps down to this
     # level, not all of them. When every attempt stops there, the one whose preview judged best
     # is run to its end and kept. A noise level, not a step count, so that a render of few steps
-    # is not judged on a prediction from nearly pure noise. 0: off (every attempt runs to its end).
-    # `videogen.sampling.health.run_gate`.
-    preview: float = 0.0
+    # is not judged on a prediction from nearly pure noise. A list of falling levels takes a look
+    # at each (a ladder: most failing attempts show at the first, cheap look; the rest at the
+    # later ones). 0: off (every attempt runs to its end). `videogen.sampling.health.run_gate`.
+    preview: float | tuple[float, ...] = 0.0
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -101,8 +103,23 @@ class HealthConfig:
             raise ValueError(
                 f"retry_budget must be a share of the transformer evaluations in 0..{MAX_RETRIES} or null, got {budget!r}"
             )
-        if isinstance(self.preview, bool) or not isinstance(self.preview, int | float) or not 0 <= self.preview < 1:
-            raise ValueError(f"preview must be a noise level in [0, 1), got {self.preview!r}")
+        levels = self.preview if isinstance(self.preview, tuple) else None
+        if levels is None:
+            if isinstance(self.preview, bool) or not isinstance(self.preview, int | float) or not 0 <= self.preview < 1:
+                raise ValueError(f"preview must be a noise level in [0, 1) or a list of them, got {self.preview!r}")
+        elif (not 1 <= len(levels) <= MAX_PREVIEWS
+              or any(isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1 for v in levels)
+              or any(a <= b for a, b in zip(levels, levels[1:]))):  # fmt: skip
+            raise ValueError(
+                f"preview must list 1..{MAX_PREVIEWS} falling noise levels in (0, 1), got {list(levels)!r}"
+            )
+
+    @property
+    def preview_levels(self) -> tuple[float, ...]:
+        """The noise levels at which an attempt is judged before its end, falling; () for none."""
+        if isinstance(self.preview, tuple):
+            return tuple(float(v) for v in self.preview)
+        return (float(self.preview),) if self.preview else ()
 
     @property
     def enabled(self) -> bool:
@@ -276,6 +293,8 @@ def _health(name: str, config_file: Path, raw: dict) -> HealthConfig:
     values = dict(raw)
     if "checks" in values:
         values["checks"] = tuple(values["checks"] or ())
+    if isinstance(values.get("preview"), list):
+        values["preview"] = tuple(values["preview"])
     try:
         return HealthConfig(**values)
     except (TypeError, ValueError) as exc:

@@ -35,6 +35,10 @@ class LatentCodec(Protocol):
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
 
+    # A decode good enough to judge a health-gate preview (a blurred clean-frame prediction,
+    # `videogen.sampling.health.run_gate`): the cheapest the codec has.
+    def glance(self, latents: torch.Tensor) -> torch.Tensor: ...
+
 
 class PixelCodec:
     """Space-to-depth codec. Channels = 3 * tf * s * s. `refiner`: a `TemporalRefiner` applied on
@@ -55,18 +59,25 @@ class PixelCodec:
         video = torch.cat([video[:, :, :1].expand(b, c, tf, h, w), video[:, :, 1:]], dim=2)
         return rearrange(video, "b c (f pf) (h ph) (w pw) -> b (c pf ph pw) f h w", pf=tf, ph=s, pw=s)
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+    def decode(self, latents: torch.Tensor, refine: bool = True) -> torch.Tensor:
+        """The video; `refine` False: the lossless inverse of `encode`, without the refiner."""
         ch = latents.shape[1]
         tf, s = self.temporal_factor, self.spatial_factor
         if ch != self.latent_channels:
             raise ValueError(f"PixelCodec expects {self.latent_channels} channels, got {ch}")
         video = rearrange(latents, "b (c pf ph pw) f h w -> b c (f pf) (h ph) (w pw)", c=3, pf=tf, ph=s, pw=s)
-        if self.refiner is not None:  # each latent frame after the first, from itself and the one before
+        if refine and self.refiner is not None:  # each latent frame after the first, from itself and the one before
             video = self.refiner.refine(video)
         # Latent frame 0 decodes to one frame: the last of its group. For a clip's true first frame
         # all tf copies are equal; for a handed-over prefix (a mid-clip latent frame placed first) the
         # last frame is the one that immediately precedes the next latent frame's frames.
         return video[:, :, tf - 1 :].contiguous()
+
+    def glance(self, latents: torch.Tensor) -> torch.Tensor:
+        """The lossless decode, without the refiner: a gate preview judges where objects are and
+        how many, which the refiner does not change, at a thirtieth of its cost (the refiner is
+        most of a decode's time: docs/builtin-model.md, "Previews")."""
+        return self.decode(latents, refine=False)
 
 
 class WanVAECodec:
@@ -113,6 +124,10 @@ class WanVAECodec:
         z = z / self._inv_std.to(z.device) + self._mean.to(z.device)
         video = self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0]
         return video.float().clamp(-1, 1)
+
+    def glance(self, latents: torch.Tensor) -> torch.Tensor:
+        """The full decode: the VAE has no cheaper path to pixels."""
+        return self.decode(latents)
 
 
 def video_to_uint8(video: torch.Tensor) -> np.ndarray:

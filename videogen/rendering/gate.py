@@ -88,9 +88,11 @@ class HealthHistory:
 
 def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
                  sample: Sampler,
-                 decode: Callable[[torch.Tensor], np.ndarray]) -> Generator[StepProgress | SegmentRetried, None, GateResult]:  # fmt: skip
-    """Sample `seg` (`sample(attempt)`) until an attempt passes the gate or the retries run out;
-    yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt."""
+                 decode: Callable[[torch.Tensor], np.ndarray],
+                 glance: Callable[[torch.Tensor], np.ndarray] | None = None) -> Generator[StepProgress | SegmentRetried, None, GateResult]:  # fmt: skip
+    """Sample `seg` (`sample(attempt, previews)`) until an attempt passes the gate or the retries
+    run out; yields its steps and a `SegmentRetried` before each re-sampling; the kept attempt.
+    `glance`: the cheap decode a preview ladder's early looks are judged on (`run_gate`)."""
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         history.new_shot()
     config = gate_for(inputs.resolved.health, history.failing_run)
@@ -101,7 +103,7 @@ def gated_sample(seg: SegmentPlan, inputs: Any, history: HealthHistory,
     def judge(frames: np.ndarray) -> Any:
         return check_segment(frames, prefix, history.previous, history.anchor, config)
 
-    gate = run_gate(sample, decode, judge, config, spare)
+    gate = run_gate(sample, decode, judge, config, spare, glance)
     while True:
         try:
             event = next(gate)

@@ -93,19 +93,20 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
 
-    def sample(attempt: int, preview: float = 0.0) -> Generator[StepProgress | Preview, None, torch.Tensor]:
-        return _denoise(seg, inputs, handoff, attempt, anchor, preview or None)
+    def sample(attempt: int, previews: tuple[float, ...] = ()) -> Generator[StepProgress | Preview, None, torch.Tensor]:
+        return _denoise(seg, inputs, handoff, attempt, anchor, previews)
 
-    def decode(latents: torch.Tensor) -> np.ndarray:
+    def decode(latents: torch.Tensor, glance: bool = False) -> np.ndarray:
         from videogen.models.codec import video_to_uint8
 
-        return video_to_uint8(model.codec.decode(latents))[: seg.keep_frames]
+        video = model.codec.glance(latents) if glance else model.codec.decode(latents)
+        return video_to_uint8(video)[: seg.keep_frames]
 
     gate = None
     if history is None:  # the gate is off: today's path, step for step (no preview asked: steps only)
         latents = yield from cast(Generator[StepProgress, None, torch.Tensor], sample(0))
     else:  # the gate judges the model's own output, before drift correction
-        gate = yield from gated_sample(seg, inputs, history, sample, decode)
+        gate = yield from gated_sample(seg, inputs, history, sample, decode, lambda latents: decode(latents, True))
         latents = gate.latents
     corrected = stitcher.on_latents(latents)
     frames = gate.frames if gate is not None and corrected is latents else decode(corrected)
@@ -118,9 +119,9 @@ def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff
 
 
 def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | None, attempt: int,
-             anchor: SegmentAnchor | None, preview: float | None = None) -> Generator[StepProgress | Preview, None, torch.Tensor]:  # fmt: skip
+             anchor: SegmentAnchor | None, previews: tuple[float, ...] = ()) -> Generator[StepProgress | Preview, None, torch.Tensor]:  # fmt: skip
     """Denoise `seg` from `attempt`'s noise (attempt 0: the segment's own, `segment_noise`);
-    `preview`: the noise level at which the gate takes its first look (`run_gate`)."""
+    `previews`: the noise levels at which the gate takes a look (`run_gate`)."""
     model, settings = inputs.model, inputs.resolved.settings
     h, w = settings.height // model.codec.spatial_factor, settings.width // model.codec.spatial_factor
     index = inputs.offset + seg.index
@@ -145,7 +146,7 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         continuation=inputs.resolved.continuation,  # the start image's prefix too: one kind of conditioning
         guidance_2=settings.guidance_2,
         anchor=anchor if _anchored(seg, anchor) else None,
-        preview_sigma=preview,
+        preview_sigmas=previews,
     )
 
 

@@ -370,23 +370,27 @@ def retry_spare(config: HealthConfig, steps: int, kept_evals: int, retry_evals: 
     return config.retries * steps + config.retry_budget * kept_evals - retry_evals
 
 
-Sampler = Callable[[int, float], Generator[Any, None, torch.Tensor]]
+Sampler = Callable[[int, tuple[float, ...]], Generator[Any, None, torch.Tensor]]
 
 
 def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judge: Callable[[np.ndarray], Verdict],
-             config: HealthConfig, spare: float | None = None) -> Generator[Any, None, GateResult]:  # fmt: skip
-    """Sample (`sample(attempt, preview)`: a denoising generator; `preview`, the noise level at
-    which it yields a `Preview`, 0 for none), decode and judge up to `1 + retries` attempts,
+             config: HealthConfig, spare: float | None = None,
+             glance: Callable[[torch.Tensor], np.ndarray] | None = None) -> Generator[Any, None, GateResult]:  # fmt: skip
+    """Sample (`sample(attempt, previews)`: a denoising generator; `previews`, the noise levels at
+    which it yields a `Preview`, () for none), decode and judge up to `1 + retries` attempts,
     stopping at the first that passes. Yields what the sampler yields (but its previews), and a
     `Retry` before each re-sampling.
 
     With `config.preview`, each attempt is judged first on the clean frames its model predicts
-    at that noise level; one that fails is paused and the next starts. An attempt that passes its preview runs to
-    its end and is judged again. When every attempt stopped at its preview, the one whose preview
-    judged best runs on to its end and is kept. So a segment that passes at once costs what it did;
-    a failing attempt costs the steps down to the preview. The verdicts of paused attempts are
-    their previews'; `GateResult.stopped` names them, `GateResult.evals` counts the transformer
-    evaluations run.
+    at each preview level (`HealthConfig.preview_levels`); one that fails a look is paused and
+    the next starts. The last look decodes as the final frames do; the looks before it (a
+    ladder's early, cheap screens) through `glance`, the codec's cheapest decode. An
+    attempt that passes every look runs to its end and is judged again. When every attempt
+    stopped at a preview, the one that got furthest (passed the most looks), then whose failing
+    look judged best, runs on to its end and is kept. So a segment that passes at once costs what
+    it did; a failing attempt costs the steps down to the look that showed it. The verdicts of
+    paused attempts are their failing looks'; `GateResult.stopped` names them, `GateResult.evals`
+    counts the transformer evaluations run.
 
     `spare` (`retry_spare`): the evaluations this segment's retries may start within; a retry
     starts only while the retries so far ran fewer (`GateResult.withheld` when one is refused).
@@ -395,17 +399,19 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     as without the gate); if every attempt is NaN the last error is raised: NaN frames are never
     kept."""
     can_retry = config.retries > 0 and (spare is None or spare > 0)
-    level = config.preview if can_retry else 0.0  # nothing to choose between: no preview
+    levels = config.preview_levels if can_retry else ()  # nothing to choose between: no preview
+    glance = glance or decode
     verdicts: list[Verdict] = []
     best: tuple[torch.Tensor, np.ndarray, int] | None = None
-    paused: list[tuple[Verdict, int, Generator[Any, None, torch.Tensor]]] = []
+    # Paused attempts: (looks passed, their failing look's verdict, attempt, generator).
+    paused: list[tuple[int, Verdict, int, Generator[Any, None, torch.Tensor]]] = []
     resumed: list[int] = []
     error: NonFiniteLatents | None = None
     per_attempt = [0] * (1 + config.retries)  # transformer evaluations run, by attempt
     withheld = False
 
     def run(gen: Generator[Any, None, torch.Tensor], attempt: int, stop_at_preview: bool) -> Generator[Any, None, Any]:
-        """Drive `gen`, passing its steps on; its latents, or its `Preview` when asked to stop there."""
+        """Drive `gen`, passing its steps on; its latents, or its next `Preview` when asked to stop there."""
         while True:
             try:
                 event = next(gen)
@@ -426,15 +432,17 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
                     break
                 yield Retry(attempt, verdicts[-1].failed)
             try:
-                gen = sample(attempt, level)
-                out = yield from run(gen, attempt, stop_at_preview=True)
-                if isinstance(out, Preview):
-                    verdict = judge(decode(out.latents))
+                gen = sample(attempt, levels)
+                out, passed = (yield from run(gen, attempt, stop_at_preview=True)), 0
+                while isinstance(out, Preview):
+                    verdict = judge((decode if out.last else glance)(out.latents))
                     if not verdict.passed:
-                        verdicts.append(verdict)
-                        paused.append((verdict, attempt, gen))
-                        continue
-                    out = yield from run(gen, attempt, stop_at_preview=False)
+                        break
+                    out, passed = (yield from run(gen, attempt, stop_at_preview=True)), passed + 1
+                if isinstance(out, Preview):
+                    verdicts.append(verdict)
+                    paused.append((passed, verdict, attempt, gen))
+                    continue
             except NonFiniteLatents as exc:
                 if "nonfinite" not in config.checks:
                     raise
@@ -447,9 +455,9 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
                 best = (out, frames, attempt)
             if verdicts[-1].passed:
                 break
-        # Every attempt stopped at its preview (or went NaN): run on the most promising, the
-        # first of equals, and the next if it goes NaN.
-        for _, attempt, gen in sorted(paused, key=lambda p: p[0].score) if best is None else ():
+        # Every attempt stopped at a preview (or went NaN): run on the most promising (the most
+        # looks passed, then the best failing look), the first of equals, and the next if it goes NaN.
+        for _, _, attempt, gen in sorted(paused, key=lambda p: (-p[0], p[1].score)) if best is None else ():
             resumed.append(attempt)
             try:
                 latents = yield from run(gen, attempt, stop_at_preview=False)
@@ -464,12 +472,12 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
             best = (latents, frames, attempt)
             break
     finally:
-        for _, _, gen in paused:
+        for *_, gen in paused:
             gen.close()
     if best is None:
         assert error is not None
         raise error
-    stopped = tuple(a for _, a, _ in paused if a not in resumed)
+    stopped = tuple(a for _, _, a, _ in paused if a not in resumed)
     evals = sum(per_attempt)
     return GateResult(best[0], best[1], best[2], tuple(verdicts), stopped, evals, evals - per_attempt[best[2]],
                       withheld and bool(verdicts[best[2]].failed))  # fmt: skip

@@ -50,13 +50,14 @@ class StepProgress:
 
 @dataclass(frozen=True)
 class Preview:
-    """Yielded by `denoise` after step `step`, the first whose noise level is at or below the
-    request's `preview_sigma` (never after the last step): the clean latents the model predicted
-    from that step's input (x0 = x - sigma v), prefix included. The health gate
+    """Yielded by `denoise` after step `step`, the first whose noise level is at or below one of
+    the request's `preview_sigmas` (one per step, never after the last step): the clean latents
+    the model predicted from that step's input (x0 = x - sigma v), prefix included. The health gate
     judges an attempt on them before running it further (`videogen.sampling.health.run_gate`)."""
 
     step: int
     latents: torch.Tensor  # (1, C, F, h, w) fp32
+    last: bool = True  # the request's last look (the gate decodes it fully; earlier ones at a glance)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class DenoiseRequest:
     # below the boundary when `guidance` is given. None: `guidance` throughout.
     guidance_2: float | None = None
     cache: StepCacheConfig | None = None  # step caching (`videogen.sampling.cache`); None: every step computed
-    preview_sigma: float | None = None  # yield a `Preview` at the first step at or below this noise level
+    # Yield a `Preview` at the first step at or below each of these noise levels (falling).
+    preview_sigmas: tuple[float, ...] = ()
 
 
 def velocity_from_sample(x: torch.Tensor, x0: torch.Tensor, sigma: float, floor: float = 1e-4) -> torch.Tensor:
@@ -121,7 +123,7 @@ def segment_noise(shape: tuple[int, ...], seed: int, segment: int) -> torch.Tens
 
 def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Preview, None, torch.Tensor]:
     """Run `request.steps` scheduler steps from `request.latents`; yields after every step (and a
-    `Preview` at `request.preview_sigma`) and returns the denoised latents (1, C, F, h, w) fp32."""
+    `Preview` at `request.preview_sigmas`) and returns the denoised latents (1, C, F, h, w) fp32."""
     scheduler = model.make_scheduler(request.flow_shift)
     scheduler.set_timesteps(request.steps, device=model.device)
     n_train = scheduler.config.num_train_timesteps
@@ -131,7 +133,7 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
     latents, prefix, prefix_noise = request.latents, request.prefix, request.prefix_noise
     label = f"{request.unit} {request.index}"
     step_cache = StepCache(request.cache or StepCacheConfig(), request.steps)  # this call's alone
-    previewed = False
+    looks = preview_steps(scheduler, request.preview_sigmas, request.steps)
     if prefix is not None and prefix_noise is not None:  # renoise: the prefix starts at the first step's level
         sigmas = [float(s) for s in scheduler.sigmas]  # (steps + 1,): each step's noise level, then 0
         latents[:, :, : prefix.shape[2]] = renoised(prefix, prefix_noise, sigmas[0])
@@ -155,13 +157,8 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
             step_cache.observe(sigma, pred)
         velocity = guided_velocity(model, pred, latents, sigma, guidance)
         preview = None
-        if (
-            request.preview_sigma is not None
-            and not previewed
-            and sigma <= request.preview_sigma
-            and i + 1 < request.steps
-        ):
-            preview, previewed = latents - sigma * velocity, True
+        if i in looks:
+            preview = latents - sigma * velocity
         latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
         if prefix is not None:
             held = prefix  # the last step (and "clean" at every step): the clean prefix, exactly
@@ -177,8 +174,16 @@ def denoise(model: Any, request: DenoiseRequest) -> Generator[StepProgress | Pre
         if preview is not None:
             if prefix is not None:
                 preview[:, :, : prefix.shape[2]] = prefix
-            yield Preview(i + 1, preview)
+            yield Preview(i + 1, preview, last=i == looks[-1])
     return latents
+
+
+def preview_steps(scheduler: Any, levels: tuple[float, ...], steps: int) -> list[int]:
+    """The (0-based) steps after which `denoise` yields a `Preview` for noise `levels`: for each,
+    the first step at or below it, never the last step; a step two levels share, once."""
+    sigmas = [float(t) / scheduler.config.num_train_timesteps for t in scheduler.timesteps]
+    at = {next((i for i, s in enumerate(sigmas) if s <= level), steps) for level in levels}
+    return sorted(i for i in at if i + 1 < steps)
 
 
 def run_to_end(steps: Generator[Any, None, Result]) -> Result:
@@ -245,7 +250,7 @@ def denoise_segment(
     continuation: str = "clean",  # "clean": the prefix at timestep 0; "renoise": re-noised every step (`renoised`)
     guidance_2: float | None = None,  # two-expert models: the low-noise expert's guidance; None: `guidance`
     anchor: SegmentAnchor | None = None,  # a frame of the shot's first segment in place of the prefix's first
-    preview_sigma: float | None = None,  # yield a `Preview` at this noise level (the health gate's); None: none
+    preview_sigmas: tuple[float, ...] = (),  # yield a `Preview` at each of these noise levels (the health gate's)
 ) -> Generator[StepProgress | Preview, None, torch.Tensor]:
     """Denoise one segment of `latent_frames` from its (seed, segment) noise (see the module docstring).
 
@@ -305,7 +310,7 @@ def denoise_segment(
         prefix_noise=prefix_noise,
         cache=cache,
         guidance_2=guidance_2 if use_cfg else None,
-        preview_sigma=preview_sigma,
+        preview_sigmas=preview_sigmas,
     )
     restore = prefix is not None and (context_noise > 0 or anchor is not None)
     steps_run = denoise(model, request)

@@ -149,18 +149,19 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
     shape = (1, model.codec.latent_channels, len(frames), *settings.latent_hw)
     plan = plan_for(model, state, settings, frames)
 
-    def sample(attempt: int, preview: float = 0.0) -> Generator[StepProgress | Preview, None, torch.Tensor]:
+    def sample(attempt: int, previews: tuple[float, ...] = ()) -> Generator[StepProgress | Preview, None, torch.Tensor]:
         noise = attempt_noise(shape, settings.seed, state.chunk, attempt)
         request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
                                  settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel,
-                                 preview_sigma=preview or None)  # fmt: skip
+                                 preview_sigmas=previews)  # fmt: skip
         return denoise(model, request)
 
     if health is None or not health.enabled:  # the gate is off: denoise, write, decode, as always
         latents, evals = run_counting(sample(0))
         made = MadeChunk(latents, _decode(model, state, latents), evals=evals)
     else:
-        made = _gated(state, health, settings.steps, sample, lambda latents: _decode(model, state, latents))
+        made = _gated(state, health, settings.steps, sample, lambda latents: _decode(model, state, latents),
+                      lambda latents: _decode(model, state, latents, glance=True))  # fmt: skip
     write_pass(model, state, settings, made.latents, frames, plan)
     state.latent_frames += len(frames)
     state.last_latent = made.latents[:, :, -1:].clone()
@@ -168,9 +169,10 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
 
 
 def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler,
-           decode: Callable[[torch.Tensor], np.ndarray]) -> MadeChunk:  # fmt: skip
-    """Run the health gate over a chunk's attempts; the previous chunk's last frame leads each
-    attempt's frames, so the seam into the chunk is judged too."""
+           decode: Callable[[torch.Tensor], np.ndarray], glance: Callable[[torch.Tensor], np.ndarray]) -> MadeChunk:  # fmt: skip
+    """Run the health gate over a chunk's attempts (`glance`: the decode its previews are judged
+    on); the previous chunk's last frame leads each attempt's frames, so the seam into the chunk
+    is judged too."""
     lead = state.last_frame
 
     def judge(frames: np.ndarray) -> Verdict:
@@ -179,7 +181,7 @@ def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler
 
     config = gate_for(health, state.failing_run)
     spare = retry_spare(config, steps, state.kept_evals, state.retry_evals)
-    result = run_to_end(run_gate(sample, decode, judge, config, spare))
+    result = run_to_end(run_gate(sample, decode, judge, config, spare, glance))
     state.failing_run = state.failing_run + 1 if result.failed else 0
     stats = result.verdicts[result.chosen].stats
     state.health_anchor = state.health_anchor or stats
@@ -192,12 +194,14 @@ def _gated(state: StreamState, health: HealthConfig, steps: int, sample: Sampler
                      tuple(v.failed for v in result.verdicts), result.evals, result.retry_evals)  # fmt: skip
 
 
-def _decode(model: Any, state: StreamState, latents: torch.Tensor) -> np.ndarray:
-    """A chunk's new frames (T, H, W, 3) uint8. The previous chunk's last latent frame is decoded
-    with it (and its frames dropped) so the VAE's temporal context carries across chunks. It
-    changes no state: an attempt the gate rejects leaves no trace."""
+def _decode(model: Any, state: StreamState, latents: torch.Tensor, glance: bool = False) -> np.ndarray:
+    """A chunk's new frames (T, H, W, 3) uint8 (`glance`: through the codec's cheapest decode, for
+    a gate preview). The previous chunk's last latent frame is decoded with it (and its frames
+    dropped) so the VAE's temporal context carries across chunks. It changes no state: an attempt
+    the gate rejects leaves no trace."""
     from videogen.models.codec import video_to_uint8
 
     previous = state.last_latent
-    video = model.codec.decode(latents if previous is None else torch.cat([previous, latents], 2))
+    both = latents if previous is None else torch.cat([previous, latents], 2)
+    video = model.codec.glance(both) if glance else model.codec.decode(both)
     return video_to_uint8(video if previous is None else video[:, :, 1:])
