@@ -19,8 +19,9 @@ each) judged beside its final frames, decoded both fully and at a glance (the co
 decode: the built-in one's without its temporal refiner): per level and decode, how many final
 failures the preview already shows, how many passing attempts it would wrongly stop
 (`HealthConfig.preview`) and the transformer evaluations a failing attempt then runs; and the
-same for two-look ladders (a glance, then the full decode later, as the gate takes them). Each
-prints one JSON line last.
+same for two-look ladders (a glance that fails only on a check 1, 1.5 or 2 times past its
+threshold, `HealthConfig.preview_margin`, then the full decode later, as the gate takes them);
+`--rows FILE` keeps every attempt's looks. Each prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from itertools import accumulate
 from pathlib import Path
 
@@ -125,6 +127,7 @@ def overhead(args, model, tmp: Path) -> dict:
             "identical_without_retry": identical}  # fmt: skip
 
 
+MARGINS = (1.0, 1.5, 2.0)  # `HealthConfig.preview_margin` for a ladder's glance
 LEVELS = (0.969, 0.953, 0.916, 0.885, 0.767)  # noise levels (`HealthConfig.preview`); 24 steps: after 3, 4, 6, 8, 12
 
 
@@ -147,6 +150,7 @@ def preview(args, model, tmp: Path) -> dict:
         return velocity
 
     rows: list[dict] = []
+    judged: list[dict] = []  # per row: its looks' verdicts, {"full" | "glance": {step: Verdict}}
     run_gate = gate.run_gate
 
     def judged_gate(sample, decode, judge, config, spare=None, glance=None):
@@ -165,9 +169,15 @@ def preview(args, model, tmp: Path) -> dict:
                     evaluated.append(event.evaluated)
                 yield event
             final = judge(decode(latents))
+            looks = {
+                how: {k: judge(d(predicted[k - 1])) for k in at} for how, d in (("full", decode), ("glance", glance))
+            }
+            judged.append(looks)
             rows.append({"attempt": attempt, "passed": final.passed, "evals": list(accumulate(evaluated)),
-                         "full": {k: judge(decode(predicted[k - 1])).passed for k in at},
-                         "glance": {k: judge(glance(predicted[k - 1])).passed for k in at}})  # fmt: skip
+                         **{how: {k: v.passed for k, v in by.items()} for how, by in looks.items()},
+                         "failed": {how: {k: v.failed for k, v in by.items()} for how, by in looks.items()},
+                         "ratios": {how: {k: v.details for k, v in by.items()} for how, by in looks.items()},
+                         "final_ratios": final.details})  # fmt: skip
             return latents
 
         return run_gate(sample_and_preview, decode, judge, config, spare, glance)
@@ -178,20 +188,24 @@ def preview(args, model, tmp: Path) -> dict:
         before = len(rows)
         run(RenderSpec.single(scene.caption(), args.seconds, seed=i), model, tmp / f"p{i}.mp4")
         print(f"prompt {i} {scene.caption()!r}: {len(rows) - before} attempts", file=sys.stderr)
-    fails = [r for r in rows if not r["passed"]]
-    passes = [r for r in rows if r["passed"]]
+    if args.rows:
+        args.rows.write_text(json.dumps({"steps": steps, "at": at, "rows": rows}))
+    fails = [i for i, r in enumerate(rows) if not r["passed"]]
+    passes = [i for i, r in enumerate(rows) if r["passed"]]
 
-    def ladder(looks: list[tuple[int, str]]) -> dict:
-        """Looks in order ((step, "full" or "glance")): failing attempts caught, passing ones
-        stopped, and the transformer evaluations a failing attempt runs before it stops (all of
-        its own where no look shows it)."""
+    def ladder(looks: list[tuple[int, str, float]]) -> dict:
+        """Looks in order ((step, "full" or "glance", margin: `Verdict.beyond`)): failing attempts
+        caught, passing ones stopped (and the checks that stopped them), and the transformer
+        evaluations a failing attempt runs before it stops (all of its own where no look shows it)."""
 
-        def stop(r):
-            return next((k for k, how in looks if not r[how][k]), None)
+        def stop(i: int) -> tuple[int, tuple[str, ...]] | None:
+            return next(((k, v.failed) for k, how, m in looks if not (v := judged[i][how][k].beyond(m)).passed), None)
 
-        evals = [r["evals"][k - 1] if (k := stop(r)) else r["evals"][-1] for r in fails]
-        return {"final_failures_caught": sum(stop(r) is not None for r in fails), "final_failures": len(fails),
-                "passes_stopped": sum(stop(r) is not None for r in passes), "passes": len(passes),
+        evals = [rows[i]["evals"][s[0] - 1] if (s := stop(i)) else rows[i]["evals"][-1] for i in fails]
+        why = Counter(c for i in passes if (s := stop(i)) for c in s[1])  # the checks that stop passing attempts
+        return {"final_failures_caught": sum(stop(i) is not None for i in fails), "final_failures": len(fails),
+                "passes_stopped": sum(stop(i) is not None for i in passes), "passes": len(passes),
+                "passes_stopped_by": dict(why),
                 "mean_evals_of_a_failing_attempt": round(sum(evals) / max(len(evals), 1), 2)}  # fmt: skip
 
     full_attempt = round(sum(r["evals"][-1] for r in rows) / max(len(rows), 1), 2)
@@ -199,12 +213,13 @@ def preview(args, model, tmp: Path) -> dict:
     by_step, ladders = {}, {}
     for how in ("full", "glance"):
         for k in at:
-            by_step[f"{k}/{steps} {how}"] = row = ladder([(k, how)])
+            by_step[f"{k}/{steps} {how}"] = row = ladder([(k, how, 1.0)])
             print(f"{how} preview after step {k:>2} of {steps} (sigma {sigmas[k - 1]:.3f}): {row}", file=sys.stderr)
-    # Two looks, as the gate takes them: a glance at step a, then the full decode at step b.
-    for a, b in ((a, b) for a in at for b in at if a < b):
-        ladders[f"{a} glance, {b} full"] = row = ladder([(a, "glance"), (b, "full")])
-        print(f"glance after step {a}, then full after step {b}: {row}", file=sys.stderr)
+    # Two looks, as the gate takes them: a glance at step a (failing on a check `margin` times past
+    # its threshold: `HealthConfig.preview_margin`), then the full decode at step b.
+    for a, b, m in ((a, b, m) for a in at for b in at if a < b for m in MARGINS):
+        ladders[f"{a} glance >{m:g}, {b} full"] = row = ladder([(a, "glance", m), (b, "full", 1.0)])
+        print(f"glance after step {a} (margin {m:g}), then full after step {b}: {row}", file=sys.stderr)
     return {"benchmark": "health.preview", "seconds": args.seconds, "prompts": [s.caption() for s in scenes],
             "attempts": len(rows), "evals_of_a_full_attempt": full_attempt, "by_step": by_step,
             "ladders": ladders}  # fmt: skip
@@ -222,6 +237,9 @@ def main() -> None:
                     help="preview, --held-out: how many (2..5: the two-object prompts and two more)")  # fmt: skip
     ap.add_argument("--held-out", action="store_true",
                     help="overhead: the long evaluation's held-out prompts (--first, --prompts), not --renders random ones")  # fmt: skip
+    ap.add_argument(
+        "--rows", type=Path, help="preview: write every attempt's looks (steps, failed checks) here as JSON"
+    )
     args = ap.parse_args()
     args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
     args.seconds = args.seconds or {"calibrate": 4.0, "overhead": 10.0, "preview": 90.0}[args.mode]

@@ -60,6 +60,8 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
     ("preview", "soon", "must be a noise level in"), ("preview", "[0.9, 0.95]", "must list 1..4 falling noise levels"),
     ("preview", "[0.9, 0]", "must list 1..4 falling noise levels"), ("preview", "[]", "must list 1..4 falling noise levels"),
     ("preview", "[0.9, 0.8, 0.7, 0.6, 0.5]", "must list 1..4 falling noise levels"),
+    ("preview_margin", "0.5", "must be a ratio in 1..10"), ("preview_margin", "11", "must be a ratio in 1..10"),
+    ("preview_margin", "wide", "must be a ratio in 1..10"), ("preview_margin", "[2]", "must be a ratio in 1..10"),
 ])  # fmt: skip
 def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(
@@ -89,9 +91,10 @@ def test_the_stream_preset_gives_up_on_a_failing_run_and_the_render_preset_does_
     render, stream = presets["builtin"].health, presets["builtin-causal"].health
     assert (render.give_up_after, stream.give_up_after) == (0, 2)
     assert stream == __import__("dataclasses").replace(render, give_up_after=2, preview=0.0)
-    # Previews (docs/builtin-model.md, "Previews"): the render's retries stop a third of the way
-    # when their predicted frames already fail; a stream chunk's few steps are not worth a preview.
-    assert (render.preview, stream.preview) == (0.885, 0.0)
+    # Previews (docs/builtin-model.md, "Previews", "A ladder"): the render's retries stop a sixth
+    # or a third of the way when their predicted frames already fail (the first, cheap look only
+    # when far past a threshold); a stream chunk's few steps are not worth a preview.
+    assert (render.preview, render.preview_margin, stream.preview) == ((0.953, 0.885), 1.5, 0.0)
     assert resolve_stream(StreamSpec("a red circle", seconds=2.0)).health.give_up_after == 2
 
 

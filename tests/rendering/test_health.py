@@ -371,6 +371,28 @@ def test_a_ladder_screens_at_a_glance_and_decides_on_the_full_decode(verdicts, c
     assert all(how == ("glance" if value % 10 == 1 else "full") for value, how in decoded)  # first looks only
 
 
+@pytest.mark.parametrize(("margin", "chosen", "stopped", "evals"), [
+    # 0's glance reads 1.3x past the threshold: within the margin it runs on, to fail its last look
+    # (judged at the threshold itself); 1's glance, 2x past, stops it; 2 passes.
+    (1.5, 2, (0, 1), 4 + 2 + 6),
+    # without a margin every glance stops its attempt; 2's, the least severe, runs on and is kept
+    (1.0, 2, (0, 1), 2 + 2 + 6),
+])  # fmt: skip
+def test_a_ladders_early_looks_stop_only_beyond_the_margin(margin, chosen, stopped, evals):
+    from videogen.sampling.health import NONFINITE, Verdict
+
+    ratios = {1: 1.3, 3: 1.3, 11: 2.0, 21: 1.2}  # a look's (or an end's) ratio past the threshold; else 0.5
+
+    def judge(value):
+        r = ratios.get(int(value), 0.5)
+        return Verdict(("black",) if r > 1 else (), max(r - 1.0, 0.0), None, {"black": r})
+
+    config = replace(CONFIG, checks=("black",), preview=(0.9, 0.8), preview_margin=margin)
+    result, _ = _drive(run_gate(_laddered_sampler([]), lambda x: x.item(), judge, config))
+    assert (result.chosen, result.stopped, result.evals) == (chosen, stopped, evals)
+    assert NONFINITE.beyond(3.0) == NONFINITE and judge(11).beyond(2.0).passed and not judge(11).beyond(1.9).passed
+
+
 def test_bad_gate_options_name_the_option():
     for kw, option in ((dict(retries=11), "retries"), (dict(retries=-1), "retries"),
                        (dict(health_checks=["black", "blurry"]), "health_checks")):  # fmt: skip

@@ -20,6 +20,7 @@ ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "referen
 HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours")
 MAX_RETRIES = 10
 MAX_PREVIEWS = 4  # looks a gate preview ladder may take (`HealthConfig.preview`)
+MAX_PREVIEW_MARGIN = 10.0  # `HealthConfig.preview_margin`: past this, an early look stops nothing
 # How a continuing segment (or an image-to-video start) sees its latent prefix
 # (`videogen.sampling.loop.denoise_segment`; docs/architecture.md, "Continuation in latent space"):
 #   clean    the prefix is given clean, its tokens at timestep 0 (Wan's per-token timesteps): for
@@ -72,6 +73,12 @@ class HealthConfig:
     # at each (a ladder: most failing attempts show at the first, cheap look; the rest at the
     # later ones). 0: off (every attempt runs to its end). `videogen.sampling.health.run_gate`.
     preview: float | tuple[float, ...] = 0.0
+    # A ladder's looks before its last (glances at a prediction from mostly noise) stop an attempt
+    # only on a check this many times past its threshold; the last look, and the final frames,
+    # judge at the thresholds themselves. An early prediction is blurred: a thin object's
+    # foreground mass or a bounce's smear reads just past `content_loss` or `copies` on attempts
+    # that pass in the end, while the splits and losses worth stopping early read far past them.
+    preview_margin: float = 1.0
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -113,6 +120,10 @@ class HealthConfig:
             raise ValueError(
                 f"preview must list 1..{MAX_PREVIEWS} falling noise levels in (0, 1), got {list(levels)!r}"
             )
+
+        margin = self.preview_margin
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 1 <= margin <= MAX_PREVIEW_MARGIN:
+            raise ValueError(f"preview_margin must be a ratio in 1..{MAX_PREVIEW_MARGIN:g}, got {margin!r}")
 
     @property
     def preview_levels(self) -> tuple[float, ...]:

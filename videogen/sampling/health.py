@@ -37,6 +37,7 @@ its shot and the shot's anchor (first) segment:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -198,6 +199,14 @@ class Verdict:
     def score(self) -> tuple[int, float]:
         """Lower is better: fewest failed checks, then least severe (the best attempt is kept)."""
         return len(self.failed), self.severity
+
+    def beyond(self, margin: float) -> Verdict:
+        """This verdict with only the checks more than `margin` times past their thresholds failed
+        (`nonfinite`, which has no ratio, always): a ladder's early looks judge this way."""
+        if margin <= 1.0:
+            return self
+        failed = tuple(c for c in self.failed if self.details.get(c, math.inf) > margin)
+        return replace(self, failed=failed, severity=float(sum(self.details.get(c, math.inf) - 1.0 for c in failed)))
 
 
 NONFINITE = Verdict(("nonfinite",), float("inf"))
@@ -384,7 +393,8 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     With `config.preview`, each attempt is judged first on the clean frames its model predicts
     at each preview level (`HealthConfig.preview_levels`); one that fails a look is paused and
     the next starts. The last look decodes as the final frames do; the looks before it (a
-    ladder's early, cheap screens) through `glance`, the codec's cheapest decode. An
+    ladder's early, cheap screens) through `glance`, the codec's cheapest decode, and fail only
+    on a check `config.preview_margin` times past its threshold (`Verdict.beyond`). An
     attempt that passes every look runs to its end and is judged again. When every attempt
     stopped at a preview, the one that got furthest (passed the most looks), then whose failing
     look judged best, runs on to its end and is kept. So a segment that passes at once costs what
@@ -400,7 +410,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
     kept."""
     can_retry = config.retries > 0 and (spare is None or spare > 0)
     levels = config.preview_levels if can_retry else ()  # nothing to choose between: no preview
-    glance = glance or decode
+    glance, margin = glance or decode, config.preview_margin
     verdicts: list[Verdict] = []
     best: tuple[torch.Tensor, np.ndarray, int] | None = None
     # Paused attempts: (looks passed, their failing look's verdict, attempt, generator).
@@ -435,7 +445,7 @@ def run_gate(sample: Sampler, decode: Callable[[torch.Tensor], np.ndarray], judg
                 gen = sample(attempt, levels)
                 out, passed = (yield from run(gen, attempt, stop_at_preview=True)), 0
                 while isinstance(out, Preview):
-                    verdict = judge((decode if out.last else glance)(out.latents))
+                    verdict = judge(decode(out.latents)) if out.last else judge(glance(out.latents)).beyond(margin)
                     if not verdict.passed:
                         break
                     out, passed = (yield from run(gen, attempt, stop_at_preview=True)), passed + 1
