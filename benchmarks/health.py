@@ -174,10 +174,9 @@ def preview(args, model, tmp: Path) -> dict:
             }
             judged.append(looks)
             rows.append({"attempt": attempt, "passed": final.passed, "evals": list(accumulate(evaluated)),
-                         **{how: {k: v.passed for k, v in by.items()} for how, by in looks.items()},
-                         "failed": {how: {k: v.failed for k, v in by.items()} for how, by in looks.items()},
-                         "ratios": {how: {k: v.details for k, v in by.items()} for how, by in looks.items()},
-                         "final_ratios": final.details})  # fmt: skip
+                         "final_ratios": final.details,
+                         "looks": {how: {k: {"failed": v.failed, "ratios": v.details} for k, v in by.items()}
+                                   for how, by in looks.items()}})  # fmt: skip
             return latents
 
         return run_gate(sample_and_preview, decode, judge, config, spare, glance)
@@ -238,7 +237,9 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true",
                     help="overhead: the long evaluation's held-out prompts (--first, --prompts), not --renders random ones")  # fmt: skip
     ap.add_argument(
-        "--rows", type=Path, help="preview: write every attempt's looks (steps, failed checks) here as JSON"
+        "--rows",
+        type=Path,
+        help="preview: write every attempt's looks (per decode and step: failed checks, ratios) here as JSON",
     )
     args = ap.parse_args()
     args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
