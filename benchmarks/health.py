@@ -4,6 +4,7 @@ renders (calibration) and what it adds to render time.
     PYTHONPATH=. python benchmarks/health.py calibrate [--renders 12] [--seconds 4]
     PYTHONPATH=. python benchmarks/health.py overhead [--renders 6] [--seconds 10] [--held-out --first 0 --prompts 6]
     PYTHONPATH=. python benchmarks/health.py preview [--seconds 90] [--first 2 --prompts 1]
+    PYTHONPATH=. python benchmarks/health.py agree [--seconds 180] [--first 2 --prompts 1] [--checks copies objects]
 
 `calibrate`: seeded renders of in-grammar prompts (`videogen.training.scenes.random_scene`) with
 the gate on; per check, the largest ratio any segment reached (> 1 fails) and the share of
@@ -21,7 +22,10 @@ failures the preview already shows, how many passing attempts it would wrongly s
 (`HealthConfig.preview`) and the transformer evaluations a failing attempt then runs; and the
 same for two-look ladders (a glance that fails only on a check 1, 1.5 or 2 times past its
 threshold, `HealthConfig.preview_margin`, then the full decode later, as the gate takes them);
-`--rows FILE` keeps every attempt's looks. Each prints one JSON line last.
+`--rows FILE` keeps every attempt's looks. `agree`: held-out prompts rendered on the shipped
+path, and each segment of the video re-judged by each `--checks` set beside the long evaluation's
+judge: how many of the segments the judge finds bad each set catches, and how many good ones it
+fails. Each prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -127,6 +131,50 @@ def overhead(args, model, tmp: Path) -> dict:
             "identical_without_retry": identical}  # fmt: skip
 
 
+def agree(args, model, tmp: Path) -> dict:
+    """Each check set's verdicts on the segments of shipped-path renders against the long
+    evaluation's judge (`videogen.training.long_eval`: an object missing, or in more than one
+    copy, in more than 10% of a segment's new frames), each segment judged against the render's
+    first as its anchor and the segment before it as the previous one."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from videogen.io.video import VideoReader
+    from videogen.sampling.health import check_segment, segment_stats
+    from videogen.training.long_eval import copies_per_frame, long_prompts
+    from videogen.training.scenes import track_colour
+
+    sets = [tuple(c.split(",")) for c in args.checks]
+    tables = {",".join(c): [[0, 0], [0, 0]] for c in sets}  # judge good/bad x check pass/fail
+    scenes = long_prompts(args.first + args.prompts)[args.first :]
+    for i, scene in enumerate(scenes, args.first):
+        out = tmp / f"agree{i}.mp4"
+        run(RenderSpec.single(scene.caption(), args.seconds, seed=i), model, out)
+        frames = VideoReader(out).read_all()
+        segments = json.loads((tmp / f"agree{i}.mp4.drift.json").read_text())["segments"]
+        colours = [o.colour for o in scene.objects]
+        bad = np.zeros(len(frames), bool)
+        for c in colours:
+            others = [o for o in colours if o != c]
+            bad |= ~track_colour(frames, c).present | (copies_per_frame(frames, c, others) > 1)
+        for checks in sets:
+            config = replace(model.preset.health, checks=checks)
+            anchor = previous = segment_stats(frames[segments[0]["start"] : segments[0]["end"]], config)
+            table = tables[",".join(checks)]
+            for seg in segments[1:]:
+                a, b = seg["start"], seg["end"]
+                verdict = check_segment(frames[a - 1 : b], 1, previous, anchor, config)
+                previous = verdict.stats
+                table[int(bad[a:b].mean() > 0.1)][int(not verdict.passed)] += 1
+        print(f"seed {i} {scene.caption()!r}: {len(segments)} segments judged", file=sys.stderr)
+    for name, ((good_pass, good_fail), (bad_pass, bad_fail)) in tables.items():
+        print(f"{name:>40}: bad segments caught {bad_fail}/{bad_fail + bad_pass}, good ones failed "
+              f"{good_fail}/{good_fail + good_pass}", file=sys.stderr)  # fmt: skip
+    return {"benchmark": "health.agree", "seconds": args.seconds, "first": args.first, "prompts": args.prompts,
+            "tables": tables}  # fmt: skip
+
+
 MARGINS = (1.0, 1.5, 2.0)  # `HealthConfig.preview_margin` for a ladder's glance
 LEVELS = (0.969, 0.953, 0.916, 0.885, 0.767)  # noise levels (`HealthConfig.preview`); 24 steps: after 3, 4, 6, 8, 12
 
@@ -226,7 +274,7 @@ def preview(args, model, tmp: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("calibrate", "overhead", "preview"))
+    ap.add_argument("mode", choices=("calibrate", "overhead", "preview", "agree"))
     ap.add_argument("--renders", type=int)
     ap.add_argument("--seconds", type=float)
     ap.add_argument(
@@ -241,12 +289,15 @@ def main() -> None:
         type=Path,
         help="preview: write every attempt's looks (per decode and step: failed checks, ratios) here as JSON",
     )
+    ap.add_argument("--checks", nargs="+", default=["copies", "objects"],
+                    help="agree: check sets to compare, each comma-separated")  # fmt: skip
     args = ap.parse_args()
     args.renders = args.renders or (12 if args.mode == "calibrate" else 6)
-    args.seconds = args.seconds or {"calibrate": 4.0, "overhead": 10.0, "preview": 90.0}[args.mode]
+    args.seconds = args.seconds or {"calibrate": 4.0, "overhead": 10.0, "preview": 90.0, "agree": 180.0}[args.mode]
     model = load_model("builtin")
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"calibrate": calibrate, "overhead": overhead, "preview": preview}[args.mode](args, model, Path(tmp))
+        modes = {"calibrate": calibrate, "overhead": overhead, "preview": preview, "agree": agree}
+        result = modes[args.mode](args, model, Path(tmp))
     if args.mode == "overhead":
         print(f"gate on / gate off: {result['ratio']:.3f}x render time (target <= 1.15)")
     print(json.dumps(result))

@@ -17,7 +17,7 @@ from videogen.errors import ModelLoadError
 
 ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "reference")
 # The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
-HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours")
+HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours", "objects")
 MAX_RETRIES = 10
 MAX_PREVIEWS = 4  # looks a gate preview ladder may take (`HealthConfig.preview`)
 MAX_PREVIEW_MARGIN = 10.0  # `HealthConfig.preview_margin`: past this, an early look stops nothing
@@ -95,6 +95,7 @@ class HealthConfig:
     object_area: float = 0.01  # anchor (components of at least this share of the frame), or foreground below
     lost_share: float = 0.75  # this share of the anchor's (an object lost)
     lost_colour: float = 0.25  # colours: a colour below this share of its share in the previous segment is gone
+    vanished: float = 0.1  # objects: an object whose colour holds below this share of its share in the anchor is gone
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.checks if c not in HEALTH_CHECKS]

@@ -85,6 +85,8 @@ def torus_components(mask: np.ndarray) -> np.ndarray:
 
 
 _PALETTE_SIZE = 4  # at most this many foreground colours are followed
+ObjectEntry = tuple[float, float, float, float, float]  # `SegmentStats.objects`: r, g, b, share, copies
+OBJECT_SHARE = 2.0  # an anchor's colour is an object's where it holds this many `object_area`s of the frame
 
 
 def _foreground_pixels(frames: np.ndarray, distance: float) -> tuple[np.ndarray, np.ndarray]:
@@ -141,10 +143,13 @@ def colour_palette(
     """The flat foreground colours of `frames` (T, H, W, 3) uint8, most common first: (r, g, b,
     median share of a frame's pixels within `distance` of it), each held by at least `min_share` of
     the frame in most frames. Greedy: the commonest coarse colour among the foreground pixels not
-    yet taken, refined to the median of the pixels near it; ragged edges' blends are too few to
-    make an entry."""
+    yet taken, refined to the median of the pixels near it. A colour between the background and a
+    colour taken (an anti-aliased edge), between two taken ones, or a darkening of one taken (a
+    shaded side) is no entry."""
     f, fg = _foreground_pixels(frames, distance)
     pixels = f[fg]  # (N, 3)
+    border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1).reshape(-1, 3)
+    ends = [np.median(border, axis=0)]  # the background, then each colour taken
     out: list[tuple[float, float, float, float]] = []
     while len(pixels) and len(out) < _PALETTE_SIZE:
         q = pixels // 32
@@ -155,9 +160,87 @@ def colour_palette(
         share = float(np.median(_shares(f, fg, centre[None], distance)[:, 0]))  # the split made once above
         if share < min_share:
             break
-        out.append((float(centre[0]), float(centre[1]), float(centre[2]), share))
         pixels = pixels[np.abs(pixels - centre).max(-1) > distance]
+        # An anti-aliased edge is a blend of an object's colour with the background (or with the
+        # object it touches), a shaded side the object's colour darkened: a colour on the line
+        # between two taken ones, or between a taken one and black, is not an object's.
+        lines = [(a, b) for i, a in enumerate(ends) for b in ends[i + 1 :]] + [(np.zeros(3), c) for c in ends[1:]]
+        if not any(_off_line(centre, a, b) <= distance / 2 for a, b in lines):
+            out.append((float(centre[0]), float(centre[1]), float(centre[2]), share))
+            ends.append(centre)
     return tuple(out)
+
+
+def _off_line(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    """How far (max channel) colour `c` lies from the segment between colours `a` and `b`."""
+    d = b - a
+    t = float(np.clip((c - a) @ d / max(float(d @ d), 1e-6), 0.0, 1.0))
+    return float(np.abs(c - (a + t * d)).max())
+
+
+def object_counts(frames: np.ndarray, colours: np.ndarray, distance: float, min_area: float,
+                  max_side: int = 128, with_alone: bool = False) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """Per frame of `frames` (T, H, W, 3) uint8 and per colour of `colours` (K, 3): how many
+    separate objects of that colour it shows, and the share of the frame in that colour, each
+    (T, K). An object is a component (8-connected, on the torus; pieces within two pixels joined)
+    of the foreground pixels within `distance` of any of the colours, holding at least `min_area`
+    of the frame in this colour: an object passing in front of another does not cut it in two,
+    and two objects of one colour are two. Subsampled to at most `max_side` pixels a side.
+    `with_alone`: a third (T, K) array, whether the colour shows in a component holding none of
+    the colours before it (False throughout: a shade or edge of an earlier colour's object)."""
+    step = max(1, -(-max(frames.shape[1:3]) // max_side))
+    f, fg = _foreground_pixels(frames[:, ::step, ::step], distance)
+    near = (np.abs(f[:, :, :, None, :] - colours[None, None, None, :, :]).max(-1) <= distance) & fg[..., None]
+    body = near.any(-1)  # (T, H, W)
+    grown = body | np.roll(body, 1, 1) | np.roll(body, -1, 1)
+    grown = grown | np.roll(grown, 1, 2) | np.roll(grown, -1, 2)
+    labels = (torus_components(grown) * body).astype(np.int64)
+    t, h, w, k = near.shape
+    counts = np.zeros((t, k), dtype=np.int64)
+    alone = np.zeros((t, k), dtype=bool)  # the colour shows in a component no earlier colour is in
+    earlier = np.zeros(0, dtype=np.int64)
+    for j in range(k):
+        frame_of = np.nonzero(near[..., j])[0]
+        keys, sizes = np.unique(frame_of * (h * w + 1) + labels[near[..., j]], return_counts=True)
+        counts[:, j] = np.bincount(keys[sizes >= min_area * h * w] // (h * w + 1), minlength=t)
+        alone[np.unique(keys[~np.isin(keys, earlier)] // (h * w + 1)), j] = True
+        earlier = np.union1d(earlier, keys)
+    if with_alone:
+        return counts, near.mean((1, 2)), alone
+    return counts, near.mean((1, 2))
+
+
+def object_stats(frames: np.ndarray, colours: np.ndarray, config: HealthConfig
+                 ) -> tuple[tuple[ObjectEntry, ...], np.ndarray, np.ndarray]:  # fmt: skip
+    """`SegmentStats.objects` of `frames` for the flat `colours` (K, 3), with the (T, K) counts
+    and shares it was taken from."""
+    counts, shares = object_counts(frames, colours, config.foreground_distance, config.object_area)[:2]
+    return _objects(colours, counts, shares), counts, shares
+
+
+def _objects(colours: np.ndarray, counts: np.ndarray, shares: np.ndarray) -> tuple[ObjectEntry, ...]:
+    return tuple((float(c[0]), float(c[1]), float(c[2]), float(s), float(n))
+                 for c, s, n in zip(colours, np.median(shares, 0), np.median(counts, 0)))  # fmt: skip
+
+
+def anchor_objects(frames: np.ndarray, config: HealthConfig) -> tuple[ObjectEntry, ...]:
+    """The objects a shot's first segment `frames` shows (`SegmentStats.objects`): its flat
+    colours (`colour_palette`) that make an object of their own in most frames: at least
+    `OBJECT_SHARE` object areas of the frame, one component or more, and not a shade or ragged edge
+    (a colour under half the share of one before it that shows attached to an earlier colour's
+    object in most frames)."""
+    palette = colour_palette(frames, config.foreground_distance, config.object_area)
+    colours = np.asarray([c[:3] for c in palette], dtype=np.float64).reshape(-1, 3)
+    counts, shares, alone = object_counts(frames, colours, config.foreground_distance, config.object_area,
+                                          with_alone=True)  # fmt: skip
+    share = np.median(shares, 0)
+    # Attached in most frames and much smaller than a colour before it: a shade or an edge (two
+    # objects of a size that touch all along stay two).
+    part = (alone.mean(0) <= 0.5) & (share < 0.5 * np.maximum.accumulate(np.r_[0.0, share[:-1]]))
+    keep = (np.median(counts, 0) >= 1) & (share >= OBJECT_SHARE * config.object_area) & ~part
+    if not keep.all():  # counted again without the colours left out: they no longer join objects
+        return object_stats(frames, colours[keep], config)[0]
+    return _objects(colours, counts, shares)
 
 
 @dataclass(frozen=True)
@@ -169,16 +252,22 @@ class SegmentStats:
     histogram: tuple[float, ...]  # mean colour histogram of the new frames, gain-normalised (sums to 1)
     copies: float = -1.0  # median `colour_copies` of the new frames (-1: not counted)
     palette: tuple[tuple[float, float, float, float], ...] = ()  # `colour_palette` (empty: not taken)
+    # The `objects` check's: per flat colour (r, g, b, median share of a frame, median copies). A
+    # shot's first segment takes its own `colour_palette`; a later one is counted in its anchor's
+    # colours (empty: not taken).
+    objects: tuple[ObjectEntry, ...] = ()
 
     def to_dict(self) -> dict:
         return {"motion": self.motion, "foreground": self.foreground, "histogram": list(self.histogram),
-                "copies": self.copies, "palette": [list(c) for c in self.palette]}  # fmt: skip
+                "copies": self.copies, "palette": [list(c) for c in self.palette],
+                "objects": [list(o) for o in self.objects]}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> SegmentStats:
         palette = tuple((float(r), float(g), float(b), float(a)) for r, g, b, a in d.get("palette", ()))
+        objects = tuple((float(r), float(g), float(b), float(a), float(n)) for r, g, b, a, n in d.get("objects", ()))
         return cls(float(d["motion"]), float(d["foreground"]), tuple(float(x) for x in d["histogram"]),
-                   float(d.get("copies", -1.0)), palette)  # fmt: skip
+                   float(d.get("copies", -1.0)), palette, objects)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -236,9 +325,11 @@ def segment_stats(frames: np.ndarray, config: HealthConfig, copies: np.ndarray |
     return _stats_and_foreground(frames, config, copies)[0]
 
 
-def _stats_and_foreground(frames: np.ndarray, config: HealthConfig,
-                          copies: np.ndarray | None) -> tuple[SegmentStats, np.ndarray]:  # fmt: skip
-    """`segment_stats` and the (T,) per-frame `foreground_share` it was taken from."""
+def _stats_and_foreground(frames: np.ndarray, config: HealthConfig, copies: np.ndarray | None,
+                          objects: tuple[ObjectEntry, ...] | None = None,
+                          ) -> tuple[SegmentStats, np.ndarray]:  # fmt: skip
+    """`segment_stats` and the (T,) per-frame `foreground_share` it was taken from (`objects`:
+    already counted in an anchor's colours)."""
     if copies is None and "copies" in config.checks:
         copies = colour_copies(frames, config.foreground_distance, config.object_area)
     steps = np.abs(np.diff(frames.astype(np.int16), axis=0)).mean((1, 2, 3)) if len(frames) > 1 else np.zeros(1)
@@ -249,9 +340,11 @@ def _stats_and_foreground(frames: np.ndarray, config: HealthConfig,
     levelled = np.clip(frames * gain[:, None, None, None], 0, 255).astype(np.uint8)
     palette = (colour_palette(frames, config.foreground_distance, config.object_area)
                if "colours" in config.checks else ())  # fmt: skip
+    if objects is None and "objects" in config.checks:
+        objects = anchor_objects(frames, config)
     stats = SegmentStats(float(np.median(steps)), float(np.percentile(fg, 20)),
                          tuple(histograms(levelled).mean(0).tolist()),
-                         -1.0 if copies is None else float(np.median(copies)), palette)  # fmt: skip
+                         -1.0 if copies is None else float(np.median(copies)), palette, objects or ())  # fmt: skip
     return stats, fg
 
 
@@ -262,7 +355,16 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     none yet). NaN latents never get here (`NONFINITE`)."""
     new = frames[prefix_frames:] if len(frames) > prefix_frames else frames
     counts = colour_copies(new, config.foreground_distance, config.object_area) if "copies" in config.checks else None
-    stats, foreground = _stats_and_foreground(new, config, counts)
+    reference = anchor if anchor is not None else previous
+    objects, per_object = None, None
+    if "objects" in config.checks and reference is not None and reference.objects:
+        ref = np.asarray(reference.objects, dtype=np.float64)  # (K, 5)
+        objects, n, share = object_stats(new, ref[:, :3], config)
+        # An object split or doubled (more copies of its colour than the reference shows), or all
+        # but gone (its colour below `vanished` of its share there; one hidden behind another
+        # object keeps a sliver).
+        per_object = ((n > np.round(ref[:, 4])) | (share < config.vanished * ref[:, 3])).any(1)
+    stats, foreground = _stats_and_foreground(new, config, counts, objects)
     ratios: dict[str, float] = {}  # check -> how far past its threshold (> 1: failed)
     if "black" in config.checks or "blown" in config.checks:
         dark = (new.max(-1) < config.dark_level).mean((1, 2)) >= config.empty_fraction
@@ -274,7 +376,8 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     if prefix_frames > 0 and len(frames) > prefix_frames + 1:
         ratios["seam_jump"] = _seam_ratio(frames, prefix_frames, config)
     ratios["content_loss"] = _content_ratio(stats, previous, anchor, config)
-    reference = anchor if anchor is not None else previous
+    if per_object is not None:
+        ratios["objects"] = float(per_object.mean()) / config.copies_fraction
     if counts is not None and reference is not None and reference.copies >= 0:
         # Against the anchor, not the previous segment: a split that got through must not become
         # the norm, and the best of the attempts is the one closest to the shot's own count. A lost
