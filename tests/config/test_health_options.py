@@ -22,8 +22,8 @@ def _cli(*argv):
 def test_every_preset_has_a_gate_and_the_defaults_come_from_it():
     presets = load_presets()
     # every check but `colours` (measured on the shipped weights, not adopted: docs/builtin-model.md)
-    # and `objects` (measured, not yet adopted)
-    assert set(HEALTH_CHECKS) - set(presets["builtin"].health.checks) == {"colours", "objects"}
+    # and `copies` (`objects` replaced it)
+    assert set(HEALTH_CHECKS) - set(presets["builtin"].health.checks) == {"colours", "copies"}
     assert presets["builtin"].health.retries == 2
     assert presets["wan2.1-t2v-1.3b"].health != presets["builtin"].health  # real models get their own thresholds
     resolved = resolve_render(RenderSpec.single("a red circle", 2.0))

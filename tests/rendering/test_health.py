@@ -521,7 +521,7 @@ def _render(model, path, **kw):
 
 
 @pytest.mark.parametrize("kind, check", [("black", "black"), ("frozen", "frozen"), ("emptied", "content_loss"),
-                                         ("doubled", "copies"), ("nan", "nonfinite")])  # fmt: skip
+                                         ("doubled", "copies"), ("doubled", "objects"), ("nan", "nonfinite")])  # fmt: skip
 def test_a_planted_collapse_is_retried_deterministically(builtin_model, tmp_path, monkeypatch, kind, check):
     _plant(monkeypatch, builtin_model, kind)
     events, video = _render(builtin_model, tmp_path / "a.mp4", health_checks=[check])
