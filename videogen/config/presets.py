@@ -95,7 +95,10 @@ class HealthConfig:
     object_area: float = 0.01  # anchor (components of at least this share of the frame), or foreground below
     lost_share: float = 0.75  # this share of the anchor's (an object lost)
     lost_colour: float = 0.25  # colours: a colour below this share of its share in the previous segment is gone
-    vanished: float = 0.1  # objects: an object whose colour holds below this share of its share in the anchor is gone
+    # objects: a frame is wrong where an anchor object shows more copies than in the anchor, or its
+    # colour holds below this share of its anchor share (gone); it fails as `copies` does, past
+    # `copies_fraction` of the new frames, counting components of at least `object_area`
+    vanished: float = 0.1
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.checks if c not in HEALTH_CHECKS]
