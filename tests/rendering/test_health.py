@@ -16,6 +16,7 @@ from videogen.errors import InvalidOption, NonFiniteLatents
 from videogen.rendering import SegmentFinished, SegmentRetried, render
 from videogen.sampling.health import (
     NONFINITE,
+    _near,
     attempt_noise,
     check_segment,
     colour_copies,
@@ -716,3 +717,20 @@ def test_a_render_with_previews_makes_the_same_video_for_fewer_steps(builtin_mod
                for p in (0.0, 0.885))  # fmt: skip
     assert off[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 12, None), (2, 1, [], 8, None)]
     assert on[:3] == [(1, 0, [], 4, None), (3, 0, ["black"], 2 + 2 + 2 + 2, [1, 2]), (2, 1, [], 2 + 4, [0])]
+
+
+def test_colour_distance_in_integers_matches_the_float_distance_at_the_bounds() -> None:
+    """`_near` compares integer channels with integer bounds; it must say exactly what
+    |frame - colour| <= distance says in floats, for colours between integers and pixels on the
+    bounds, per colour and per frame."""
+    rng = np.random.default_rng(0)
+    colours = np.array([[50.0, 82.0, 235.0], [100.5, 0.25, 254.75], [-3.0, 260.0, 127.5]])
+    distance = 60.0
+    frames = rng.integers(0, 256, size=(3, 16, 16, 3)).astype(np.uint8)
+    frames[0, 0, :3] = [[110, 142, 255], [111, 82, 235], [40, 60, 175]]  # on and just past colour 0's bounds
+    f = frames.astype(np.int16)
+    reference = np.abs(f[:, :, :, None, :] - colours[None, None, None]).max(-1) <= distance
+    assert reference.any() and not reference.all()
+    assert np.array_equal(_near(f, colours, distance), reference)
+    per_frame = colours[[0, 1, 2]][:, None, :]  # (T, 1, 3): one colour per frame, as the border's median
+    assert np.array_equal(_near(f, per_frame, distance)[..., 0], np.stack([reference[t, ..., t] for t in range(3)]))

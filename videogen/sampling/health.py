@@ -94,7 +94,23 @@ def _foreground_pixels(frames: np.ndarray, distance: float) -> tuple[np.ndarray,
     border's median colour)."""
     f = frames.astype(np.int16)
     border = np.concatenate([f[:, 0], f[:, -1], f[:, :, 0], f[:, :, -1]], axis=1)  # (T, 2H+2W, 3)
-    return f, np.abs(f - np.median(border, axis=1)[:, None, None, :]).max(-1) > distance
+    return f, ~_near(f, np.median(border, axis=1)[:, None, :], distance)[..., 0]
+
+
+def _near(f: np.ndarray, colours: np.ndarray, distance: float) -> np.ndarray:
+    """(T, H, W, K) whether each pixel of the (T, H, W, 3) int16 frames `f` is within `distance`
+    (max channel) of each colour: `colours` (K, 3), or (T, K, 3) per frame. Compared in integers
+    against each channel's bounds (exactly |f - c| <= distance), not in floats: several times
+    faster on a segment's frames."""
+    c = np.asarray(colours, dtype=np.float64)
+    c = c[:, None, None] if c.ndim == 3 else c[None, None, None]  # (T or 1, 1, 1, K, 3)
+    lo = np.ceil(c - distance).clip(-(2**15), 2**15 - 1).astype(np.int16)
+    hi = np.floor(c + distance).clip(-(2**15), 2**15 - 1).astype(np.int16)
+    near = np.ones(f.shape[:3] + c.shape[-2:-1], dtype=bool)
+    for ch in range(3):  # per channel, on (T, H, W, K) planes: a reduction over a last axis of 3 is slow
+        x = f[:, :, :, ch, None]
+        near &= (x >= lo[..., ch]) & (x <= hi[..., ch])
+    return near
 
 
 def colour_copies(frames: np.ndarray, distance: float, min_area: float, max_side: int = 128) -> np.ndarray:
@@ -133,8 +149,7 @@ def colour_shares(frames: np.ndarray, palette: np.ndarray, distance: float) -> n
 
 def _shares(f: np.ndarray, fg: np.ndarray, palette: np.ndarray, distance: float) -> np.ndarray:
     """`colour_shares` of frames already split by `_foreground_pixels` into (`f`, `fg`)."""
-    near = np.abs(f[:, :, :, None, :] - palette[None, None, None, :, :3]).max(-1) <= distance  # (T, H, W, K)
-    return (near & fg[..., None]).mean((1, 2))
+    return (_near(f, palette[:, :3], distance) & fg[..., None]).mean((1, 2))
 
 
 def colour_palette(
@@ -190,7 +205,7 @@ def object_counts(frames: np.ndarray, colours: np.ndarray, distance: float, min_
     the colours before it (False throughout: a shade or edge of an earlier colour's object)."""
     step = max(1, -(-max(frames.shape[1:3]) // max_side))
     f, fg = _foreground_pixels(frames[:, ::step, ::step], distance)
-    near = (np.abs(f[:, :, :, None, :] - colours[None, None, None, :, :]).max(-1) <= distance) & fg[..., None]
+    near = _near(f, colours, distance) & fg[..., None]
     body = near.any(-1)  # (T, H, W)
     grown = body | np.roll(body, 1, 1) | np.roll(body, -1, 1)
     grown = grown | np.roll(grown, 1, 2) | np.roll(grown, -1, 2)
@@ -367,8 +382,12 @@ def check_segment(frames: np.ndarray, prefix_frames: int, previous: SegmentStats
     stats, foreground = _stats_and_foreground(new, config, counts, objects)
     ratios: dict[str, float] = {}  # check -> how far past its threshold (> 1: failed)
     if "black" in config.checks or "blown" in config.checks:
-        dark = (new.max(-1) < config.dark_level).mean((1, 2)) >= config.empty_fraction
-        bright = (new.min(-1) > config.bright_level).mean((1, 2)) >= config.empty_fraction
+        # Per channel (every channel below the dark level, above the bright one): a reduction over
+        # a last axis of 3 is slow.
+        r, g, b = new[..., 0], new[..., 1], new[..., 2]
+        dark = ((r < config.dark_level) & (g < config.dark_level) & (b < config.dark_level)).mean((1, 2))
+        bright = ((r > config.bright_level) & (g > config.bright_level) & (b > config.bright_level)).mean((1, 2))
+        dark, bright = dark >= config.empty_fraction, bright >= config.empty_fraction
         ratios["black"] = dark.mean() / config.bad_frames
         ratios["blown"] = bright.mean() / config.bad_frames
     if previous is not None and previous.motion >= config.frozen_floor:
