@@ -63,6 +63,8 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
     ("preview", "[0.9, 0.8, 0.7, 0.6, 0.5]", "must list 1..4 falling noise levels"),
     ("preview_margin", "0.5", "must be a ratio in 1..10"), ("preview_margin", "11", "must be a ratio in 1..10"),
     ("preview_margin", "wide", "must be a ratio in 1..10"), ("preview_margin", "[2]", "must be a ratio in 1..10"),
+    ("retry_guidance", "0.5", "must be a guidance scale in 1..50"), ("retry_guidance", "51", "must be a guidance scale in 1..50"),
+    ("retry_guidance", "strong", "must be a guidance scale in 1..50"), ("retry_guidance", "[5]", "must be a guidance scale in 1..50"),
 ])  # fmt: skip
 def test_a_bad_gate_bound_in_the_presets_file_is_named(presets_file, field, value, says):
     presets_file(

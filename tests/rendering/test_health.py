@@ -21,6 +21,7 @@ from videogen.sampling.health import (
     check_segment,
     colour_copies,
     colour_palette,
+    retry_guidance,
     run_gate,
     segment_stats,
 )
@@ -734,3 +735,33 @@ def test_colour_distance_in_integers_matches_the_float_distance_at_the_bounds() 
     assert np.array_equal(_near(f, colours, distance), reference)
     per_frame = colours[[0, 1, 2]][:, None, :]  # (T, 1, 3): one colour per frame, as the border's median
     assert np.array_equal(_near(f, per_frame, distance)[..., 0], np.stack([reference[t, ..., t] for t in range(3)]))
+
+
+def test_retries_sample_at_the_retry_guidance_and_the_first_attempt_at_the_jobs(builtin_model, tmp_path, monkeypatch):
+    """`retry_guidance`: a retry samples at that scale, every first attempt at the job's own, so a
+    render that no segment fails is unchanged; an unguided job keeps its retries unguided."""
+    import copy
+    import dataclasses
+
+    import videogen.rendering.segment as seg_module
+
+    assert retry_guidance(HealthConfig(retry_guidance=5.0), 3.0, 0) == 3.0
+    assert retry_guidance(HealthConfig(retry_guidance=5.0), 3.0, 2) == 5.0
+    assert retry_guidance(HealthConfig(retry_guidance=5.0), 1.0, 1) == 1.0  # no negative-prompt pass to scale
+    assert retry_guidance(HealthConfig(), 3.0, 1) == 3.0
+    model = copy.copy(builtin_model)
+    model.preset = dataclasses.replace(builtin_model.preset, health=dataclasses.replace(
+        builtin_model.preset.health, retry_guidance=5.0, preview=0.0))  # fmt: skip
+    _plant_black_segments(monkeypatch, model, always=set(), first_only={1})
+    seen: list[tuple[bool, float]] = []  # (a retry's noise given, guidance) per denoised attempt
+    real = seg_module.denoise_segment
+
+    def spy(*args, **kw):
+        seen.append((kw["noise"] is not None, kw["guidance"]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(seg_module, "denoise_segment", spy)
+    spec = RenderSpec.single(PROMPT, 4.0, seed=4, steps=4, health_checks=["black"], retries=2)
+    events = list(render(spec, tmp_path / "v.mp4", model=model, thumbnail=False))
+    assert [e.attempts for e in events if isinstance(e, SegmentFinished)] == [1, 2, 1]
+    assert seen == [(False, 3.0), (False, 3.0), (True, 5.0), (False, 3.0)]

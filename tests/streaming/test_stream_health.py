@@ -137,3 +137,30 @@ def test_a_stream_with_previews_keeps_the_chunks_it_kept_without(causal_model, m
     # Chunk 1: three attempts of 4 steps, or three previews after 2 steps and the first run on (2 + 2 + 2 + 2);
     # chunk 2: 4 + 4, or 2 + 4. Every other chunk: one attempt of 4 either way.
     assert [c.evals for c in made[0.0][:4]] == [4, 12, 8, 4] and [c.evals for c in made[0.885][:4]] == [4, 8, 6, 4]
+
+
+def test_a_regenerated_chunk_samples_at_the_retry_guidance(causal_model, monkeypatch):
+    import copy
+    import dataclasses
+
+    model = copy.copy(causal_model)
+    model.preset = dataclasses.replace(causal_model.preset, health=dataclasses.replace(
+        causal_model.preset.health, give_up_after=0, retry_guidance=5.0))  # fmt: skip
+    seen: list[tuple[int, float | None]] = []  # (chunk, guidance) per attempt
+    real = stream_module.DenoiseRequest
+
+    def request(noise, forward, steps, guidance, *rest, **kw):
+        seen.append((kw["index"], guidance))
+        return real(noise, forward, steps, guidance, *rest, **kw)
+
+    monkeypatch.setattr(stream_module, "DenoiseRequest", request)
+    _plant_black(monkeypatch, chunk=2)
+    chunks = list(stream(StreamSpec(PROMPT, seconds=2.0, steps=4, health_checks=["black"]), model))
+    assert [c.attempts for c in chunks] == [1, 1, 2] + [1] * (len(chunks) - 3)
+    assert seen == [(0, 3.0), (1, 3.0), (2, 3.0), (2, 5.0)] + [(i, 3.0) for i in range(3, len(chunks))]
+    monkeypatch.undo()
+    _plant_black(monkeypatch, chunk=2)
+    monkeypatch.setattr(stream_module, "DenoiseRequest", request)
+    seen.clear()
+    unguided = list(stream(StreamSpec(PROMPT, seconds=2.0, steps=4, guidance=1.0, health_checks=["black"]), model))
+    assert unguided[2].attempts == 2 and all(g is None for _, g in seen)  # an unguided stream stays unguided

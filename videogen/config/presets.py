@@ -19,6 +19,7 @@ ATTENTION_BACKENDS = ("dense", "sparse", "sparse-triton", "sparse-cpu", "referen
 # The segment health gate's checks (`videogen.sampling.health`), in the order they are reported.
 HEALTH_CHECKS = ("nonfinite", "black", "blown", "frozen", "seam_jump", "content_loss", "copies", "colours", "objects")
 MAX_RETRIES = 10
+MAX_GUIDANCE = 50.0  # a guidance scale past this is a typo, not a setting
 MAX_PREVIEWS = 4  # looks a gate preview ladder may take (`HealthConfig.preview`)
 MAX_PREVIEW_MARGIN = 10.0  # `HealthConfig.preview_margin`: past this, an early look stops nothing
 # How a continuing segment (or an image-to-video start) sees its latent prefix
@@ -79,6 +80,13 @@ class HealthConfig:
     # foreground mass or a bounce's smear reads just past `content_loss` or `copies` on attempts
     # that pass in the end, while the splits and losses worth stopping early read far past them.
     preview_margin: float = 1.0
+    # The guidance scale retries sample at (None: the job's own). A retry from fresh noise under
+    # the same guidance tends to fail as the first attempt did; a stronger pull towards the
+    # prompt keeps both of two objects in view more often (docs/builtin-model.md, "Retries at a
+    # higher guidance"). Only where the job samples with guidance (its scale above 1): an
+    # unguided job has no negative-prompt pass to scale. The first attempt, and so a render that
+    # no segment fails, is unchanged.
+    retry_guidance: float | None = None
     dark_level: int = 24  # a pixel whose brightest channel is below this is dark
     bright_level: int = 235  # a pixel whose darkest channel is above this is blown
     empty_fraction: float = 0.985  # a frame this dark (or blown) is black (or blown)
@@ -125,6 +133,9 @@ class HealthConfig:
                 f"preview must list 1..{MAX_PREVIEWS} falling noise levels in (0, 1), got {list(levels)!r}"
             )
 
+        rg = self.retry_guidance
+        if rg is not None and (isinstance(rg, bool) or not isinstance(rg, int | float) or not 1 <= rg <= MAX_GUIDANCE):
+            raise ValueError(f"retry_guidance must be a guidance scale in 1..{MAX_GUIDANCE:g} or null, got {rg!r}")
         margin = self.preview_margin
         if isinstance(margin, bool) or not isinstance(margin, int | float) or not 1 <= margin <= MAX_PREVIEW_MARGIN:
             raise ValueError(f"preview_margin must be a ratio in 1..{MAX_PREVIEW_MARGIN:g}, got {margin!r}")

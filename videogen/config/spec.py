@@ -13,7 +13,14 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from videogen.config.presets import ATTENTION_BACKENDS, CONTINUATION_MODES, HEALTH_CHECKS, IMAGE_FITS, MAX_RETRIES
+from videogen.config.presets import (
+    ATTENTION_BACKENDS,
+    CONTINUATION_MODES,
+    HEALTH_CHECKS,
+    IMAGE_FITS,
+    MAX_GUIDANCE,
+    MAX_RETRIES,
+)
 from videogen.config.step_cache import check_cache_options
 from videogen.errors import InvalidOption
 
@@ -27,7 +34,6 @@ MAX_SECONDS = 3600.0
 MAX_FPS = 120.0
 MAX_STEPS = 1000
 MAX_SIDE = 4096
-MAX_GUIDANCE = 50.0
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_LORAS = 8  # adapters per request
 MAX_LORA_SCALE = 5.0  # |scale|: published Wan LoRAs are used at 0.25..2; 10 is a typo

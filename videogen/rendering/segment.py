@@ -23,7 +23,7 @@ from videogen.rendering.events import SegmentRetried
 from videogen.rendering.gate import HealthHistory, gated_sample
 from videogen.rendering.image import encode_start_image
 from videogen.rendering.tail import RenderTail
-from videogen.sampling.health import attempt_noise
+from videogen.sampling.health import attempt_noise, retry_guidance
 from videogen.sampling.loop import Preview, SegmentAnchor, StepProgress, anchor_latent, denoise_segment
 
 
@@ -134,7 +134,7 @@ def _denoise(seg: SegmentPlan, inputs: SegmentInputs, handoff: torch.Tensor | No
         latent_size=(h, w),
         prefix=_prefix(seg, inputs, handoff),
         steps=settings.steps,
-        guidance=settings.guidance,
+        guidance=retry_guidance(inputs.resolved.health, settings.guidance, attempt),
         flow_shift=settings.flow_shift,
         seed=inputs.resolved.seed,
         segment=index,

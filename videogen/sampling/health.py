@@ -476,6 +476,14 @@ class GateResult:
         return record
 
 
+def retry_guidance(config: HealthConfig, guidance: float, attempt: int) -> float:
+    """The guidance scale `attempt` samples at: a retry's `retry_guidance` where the job samples
+    with guidance (`guidance` above 1), else the job's own `guidance`."""
+    if attempt and config.retry_guidance is not None and guidance > 1.0:
+        return float(config.retry_guidance)
+    return guidance
+
+
 def gate_for(config: HealthConfig, failing_run: int) -> HealthConfig:
     """The gate for the next segment after `failing_run` segments in a row kept a failing attempt
     (counted from the shot's, or the prompt's, first): with `give_up_after` N > 0 and a run of N or

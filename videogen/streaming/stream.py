@@ -40,7 +40,16 @@ from videogen.config.spec import DEFAULT_STREAM_MODEL, StreamSpec  # noqa: F401 
 from videogen.errors import RenderCancelled
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.sampling.forward import CachedChunkForward
-from videogen.sampling.health import Sampler, Verdict, attempt_noise, check_segment, gate_for, retry_spare, run_gate
+from videogen.sampling.health import (
+    Sampler,
+    Verdict,
+    attempt_noise,
+    check_segment,
+    gate_for,
+    retry_guidance,
+    retry_spare,
+    run_gate,
+)
 from videogen.sampling.loop import DenoiseRequest, Preview, StepProgress, denoise, run_counting, run_to_end
 from videogen.streaming.recache import plan_for, rebase_clock, switch_prompt, write_pass
 from videogen.streaming.state import StreamChunk, StreamControl, StreamSettings, StreamState
@@ -151,8 +160,11 @@ def generate_chunk(model: Any, state: StreamState, settings: StreamSettings, can
 
     def sample(attempt: int, previews: tuple[float, ...] = ()) -> Generator[StepProgress | Preview, None, torch.Tensor]:
         noise = attempt_noise(shape, settings.seed, state.chunk, attempt)
+        guidance = settings.guidance  # None: unguided (the embeddings hold no negative prompt)
+        if guidance is not None and health is not None:
+            guidance = retry_guidance(health, guidance, attempt)
         request = DenoiseRequest(noise.to(model.device), CachedChunkForward(model, state.embeds, plan, state.cache), settings.steps,
-                                 settings.guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel,
+                                 guidance, settings.flow_shift, unit="chunk", index=state.chunk, cancel=cancel,
                                  preview_sigmas=previews)  # fmt: skip
         return denoise(model, request)
 
