@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from videogen.io.video import probe
+from videogen.models.builtin import WEIGHTS_FILE
 
 
 def videogen(*args, cwd=None):
@@ -115,6 +116,11 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--anchor-frac", "-0.1"], "--anchor-frac=-0.1"),
         (["--rollout-anchor", "9"], "--rollout-anchor=9"),
         (["--rollout-two-objects", "1.2"], "--rollout-two-objects=1.2"),
+        (["--layers", "0"], "--layers=0: must be in 1..16"),
+        (
+            ["--layers", "3", "--init", str(WEIGHTS_FILE)],
+            "--layers=3: must be >= the 4 transformer blocks --init holds",
+        ),
         (["--causal-chunk", "2", "--rollouts", "p.npz", "--rollout-frac", "0.5"], "--causal-chunk=2"),
         (
             ["--causal-chunk", "3", "--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-seconds", "30"],

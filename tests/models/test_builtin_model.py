@@ -15,8 +15,11 @@ from videogen.models.builtin import (
     LAYOUT_SUBFRAMES,
     TRANSFORMER_CONFIG,
     WEIGHTS_DIR,  # fmt: skip
+    block_count,
     build_fresh,
+    grow_layers,
     load_weights,
+    weights_layers,
 )
 from videogen.training.train import _named_state, export_weights
 
@@ -125,3 +128,29 @@ def test_weights_with_an_unknown_input_width_are_refused(tmp_path):
     _save_weights(*build_fresh(0), torch.zeros(128, 200, 1, 2, 2), tmp_path / "odd.safetensors")
     with pytest.raises(RuntimeError, match="200 input channels"):
         load_weights(*build_fresh(0), tmp_path / "odd.safetensors")
+
+
+def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_count(tmp_path):
+    transformer, encoder = build_fresh(3)
+    state = _named_state(transformer, encoder)
+    grown = grow_layers(state, 6)
+    assert block_count(grown) == 6 and block_count(state) == 4
+    # blocks 1 and 3 are copied after themselves, their outputs into the residual stream zeroed
+    assert torch.equal(grown["transformer.blocks.2.attn1.to_q.weight"], state["transformer.blocks.1.attn1.to_q.weight"])
+    assert torch.equal(grown["transformer.blocks.4.attn1.to_q.weight"], state["transformer.blocks.3.attn1.to_q.weight"])
+    assert not grown["transformer.blocks.5.ffn.net.2.weight"].any()
+    assert torch.equal(grown["transformer.blocks.3.ffn.net.2.weight"], state["transformer.blocks.2.ffn.net.2.weight"])
+    export_weights(grown, tmp_path / "grown.safetensors")
+    assert weights_layers(tmp_path / "grown.safetensors") == 6
+    big, big_encoder = build_fresh(0, weights_layers(tmp_path / "grown.safetensors"))
+    load_weights(big, big_encoder, tmp_path / "grown.safetensors")
+    x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
+    with torch.no_grad():
+        want = transformer.eval()(x, t, text, return_dict=False)[0]
+        got = big.eval()(x, t, text, return_dict=False)[0]
+    assert want.abs().max() > 0.01
+    assert torch.equal(got, want)  # the new blocks are exact identities
+    with pytest.raises(RuntimeError, match="holds 6 transformer blocks; the model has 4"):
+        load_weights(*build_fresh(0), tmp_path / "grown.safetensors")
+    with pytest.raises(ValueError, match="cannot grow 6 transformer blocks to 5"):
+        grow_layers(grown, 5)

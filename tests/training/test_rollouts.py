@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
@@ -203,6 +204,30 @@ def test_a_new_pool_is_rendered_with_the_anchor_asked_for(tmp_path, monkeypatch,
     assert pool is not None and pool.seams == 4
     assert seen["anchor"] == (get_preset("builtin").anchor_frame if expected == "preset" else expected)
     assert seen["two_objects"] == 0.6
+
+
+def test_a_new_pool_from_grown_weights_is_rendered_by_them(tmp_path, monkeypatch):
+    import videogen.training.train as train_module
+    from videogen.models.builtin import WEIGHTS_FILE, grow_layers
+    from videogen.training.train import export_weights
+
+    state = {k: v.clone() for k, v in load_file(str(WEIGHTS_FILE)).items()}
+    grown = grow_layers(state, 5)
+    grown["transformer.blocks.4.ffn.net.2.bias"] += 0.5  # the copy's own change: these weights, not the shipped
+    export_weights(grown, tmp_path / "grown.safetensors")
+    seen = {}
+
+    def record(model, path, chains, seconds, seed, two_objects):
+        seen["blocks"] = len(model.transformer.blocks)
+        seen["bias"] = model.transformer.blocks[4].ffn.net[2].bias.detach().clone()
+        pool, _ = _pool(CAPTIONS[0])
+        np.savez_compressed(path, videos=pool.videos, scenes=json.dumps([dataclasses.asdict(s) for s in pool.scenes]))
+        return path
+
+    monkeypatch.setattr(train_module, "make_pool", record)
+    cfg = TrainConfig(rollouts=str(tmp_path / "pool.npz"), rollout_frac=0.5, init=str(tmp_path / "grown.safetensors"))
+    assert train_module._rollout_pool(cfg, lambda _m: None) is not None
+    assert seen["blocks"] == 5 and torch.equal(seen["bias"], grown["transformer.blocks.4.ffn.net.2.bias"])
 
 
 def test_a_pool_weighted_to_two_objects_draws_that_share_of_two_object_captions():

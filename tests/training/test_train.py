@@ -265,3 +265,25 @@ def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
         plain = float(flow_matching_loss(transformer, encoder, latents, sigmas, noise, ["a red circle"]))
     assert loss[0.0] == plain and loss[1.0] > plain
     assert loss[8.0] - plain == pytest.approx(8 * (loss[1.0] - plain), rel=1e-4)
+
+
+def test_a_run_from_fewer_blocks_grows_them_and_starts_from_what_they_computed(tmp_path):
+    from videogen.models.builtin import weights_layers
+
+    small = train_builtin(TrainConfig(steps=1, **TINY), tmp_path / "s", output=tmp_path / "s.safetensors",
+                          log=lambda m: None)  # fmt: skip
+    logs: list[str] = []
+    grown = train_builtin(TrainConfig(steps=2, init=str(small), layers=6, **TINY), tmp_path / "g",
+                          output=tmp_path / "g.safetensors", log=logs.append)  # fmt: skip
+    assert weights_layers(small) == 4 and weights_layers(grown) == 6
+    assert any("growing" in m and "4 transformer blocks to 6" in m for m in logs)
+    state = load_file(str(grown))
+    # the copies trained: their zeroed outputs into the residual stream moved off zero
+    assert state["transformer.blocks.2.ffn.net.2.weight"].abs().max() > 0
+    # a run resumed from its checkpoint keeps the grown model
+    again = train_builtin(TrainConfig(steps=3, init=str(small), layers=6, **TINY), tmp_path / "g",
+                          output=tmp_path / "g3.safetensors", log=lambda m: None)  # fmt: skip
+    assert weights_layers(again) == 6
+    with pytest.raises(ValueError, match="hold 6 transformer blocks"):
+        train_builtin(TrainConfig(steps=1, init=str(grown), layers=4, **TINY), tmp_path / "x",
+                      output=tmp_path / "x.safetensors", log=lambda m: None)  # fmt: skip

@@ -112,6 +112,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument(
+        "--layers",
+        type=int,
+        help="transformer blocks (default: --init's, or 4); more than --init holds grows it, the new blocks "
+        "starting as identities",
+    )
+    t.add_argument(
         "--clips", type=int, help="decoder: training clips made from the transformer's output (default 3200)"
     )
     t.add_argument("--transformer", help="decoder: the transformer weights whose output it learns (default: shipped)")
@@ -165,6 +171,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-two-objects", args.rollout_two_objects, "must be in [0, 1]")
     if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:
         raise InvalidOption("--rollout-seconds", args.rollout_seconds, "must be in [4, 600]")
+    if args.layers is not None and not 1 <= args.layers <= 16:
+        raise InvalidOption("--layers", args.layers, "must be in 1..16")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
@@ -173,6 +181,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(**overrides)
     if cfg.init and not Path(cfg.init).is_file():
         raise InvalidOption("--init", cfg.init, "no such weights file")
+    if cfg.init and cfg.layers:
+        from videogen.models.builtin import weights_layers
+
+        if cfg.layers < (have := weights_layers(cfg.init)):
+            raise InvalidOption("--layers", cfg.layers, f"must be >= the {have} transformer blocks --init holds")
     default = CAUSAL_WEIGHTS_FILE if cfg.causal_chunk else WEIGHTS_FILE
     out = train_builtin(cfg, args.workdir, output=args.output or default, log=lambda m: print(m, flush=True))
     print(f"videogen: wrote {out}", file=sys.stderr)

@@ -197,13 +197,14 @@ class BuiltinPromptEncoder(VocabPromptEncoder):
         return torch.cat([latents, position_channels(latents, frames), layout], dim=1)
 
 
-def build_fresh(init_seed: int = 0):
-    """(transformer, prompt_encoder) with a seeded random initialisation: the start of training."""
+def build_fresh(init_seed: int = 0, layers: int | None = None):
+    """(transformer, prompt_encoder) with a seeded random initialisation: the start of training.
+    `layers`: transformer blocks (default `TRANSFORMER_CONFIG`'s; a weights file's: `weights_layers`)."""
     from diffusers import WanTransformer3DModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        transformer = WanTransformer3DModel(**TRANSFORMER_CONFIG)
+        transformer = WanTransformer3DModel(**transformer_config(layers))
         encoder = BuiltinPromptEncoder()
         torch.nn.init.normal_(encoder.pos, std=0.02)
     return transformer, encoder
@@ -214,8 +215,8 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     """(transformer, codec, prompt_encoder) with shipped weights if present, else seeded random ones.
     `variant` names the preset ("builtin", "builtin-causal"), `weights` its file in `weights/`,
     `decoder` the codec's temporal decoder's file there (None: none; missing: none, with a warning)."""
-    transformer, encoder = build_fresh(init_seed)
     path = weights_file(variant, weights)
+    transformer, encoder = build_fresh(init_seed, weights_layers(path) if path.is_file() else None)
     if path.is_file():
         load_weights(transformer, encoder, path)
     else:
@@ -240,21 +241,78 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     return transformer, codec, encoder
 
 
+def transformer_config(layers: int | None = None) -> dict:
+    """`TRANSFORMER_CONFIG` with `layers` transformer blocks (None: its own 4)."""
+    return TRANSFORMER_CONFIG if layers is None else {**TRANSFORMER_CONFIG, "num_layers": int(layers)}
+
+
+def weights_layers(path) -> int:
+    """How many transformer blocks a built-in weights file holds (its `transformer.blocks.N.*` keys)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return block_count(f.keys()) or int(TRANSFORMER_CONFIG["num_layers"])
+
+
+def block_count(keys) -> int | None:
+    """The transformer blocks that a built-in state's keys (`transformer.blocks.N.*`) name; None: none."""
+    blocks = {int(k.split(".")[2]) for k in keys if k.startswith("transformer.blocks.")}
+    return max(blocks) + 1 if blocks else None
+
+
+# A block's outputs into the residual stream: self-attention, cross-attention, feed-forward.
+_BLOCK_OUTPUTS = ("attn1.to_out.0.", "attn2.to_out.0.", "ffn.net.2.")
+
+
+def grow_layers(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """`state` (a built-in weights state) with `layers` transformer blocks: the new ones are copies
+    of blocks spread evenly through the stack, each placed after the block it copies, with its
+    three outputs into the residual stream (self-attention, cross-attention, feed-forward) zeroed,
+    so the grown model computes exactly what the original did and training starts from it (block
+    expansion, as LLaMA Pro grows a trained model). Fewer layers than `state` holds is an error."""
+    head = "transformer.blocks."
+    old = block_count(state) or 0
+    if layers < old:
+        raise ValueError(f"cannot grow {old} transformer blocks to {layers}")
+    new = layers - old
+    copy_after = [round((i + 1) * old / new) - 1 for i in range(new)] if new else []
+    order: list[tuple[int, bool]] = []  # (source block, is a new copy)
+    for b in range(old):
+        order.append((b, False))
+        order += [(b, True)] * copy_after.count(b)
+    out = {k: v for k, v in state.items() if not k.startswith(head)}
+    for dest, (src, fresh) in enumerate(order):
+        for k, v in state.items():
+            if k.startswith(f"{head}{src}."):
+                rest = k[len(f"{head}{src}.") :]
+                zero = fresh and rest.startswith(_BLOCK_OUTPUTS)
+                out[f"{head}{dest}.{rest}"] = torch.zeros_like(v) if zero else v.clone()
+    return out
+
+
 def load_weights(transformer, encoder, path) -> None:
     """Load a built-in weights file (keys `transformer.*` and `text.*`, as `videogen.training.train`
-    writes them). A file for another input width or module layout is refused, naming the mismatch."""
+    writes them). A file for another input width, block count or module layout is refused, naming
+    the mismatch."""
     from safetensors.torch import load_file
 
-    state = load_file(str(path))
+    load_state(transformer, encoder, load_file(str(path)), str(path))
+
+
+def load_state(transformer, encoder, state: dict[str, torch.Tensor], name: str) -> None:
+    """`load_weights` from a state dict (`name` says where it came from in errors)."""
     key, want = "transformer.patch_embedding.weight", transformer.patch_embedding.weight.shape[1]
     if key in state and state[key].shape[1] != want:
-        raise RuntimeError(f"{path}: the transformer takes {state[key].shape[1]} input channels; "
+        raise RuntimeError(f"{name}: the transformer takes {state[key].shape[1]} input channels; "
                            f"the built-in model takes {want}")  # fmt: skip
+    blocks = block_count(state)
+    if blocks is not None and blocks != len(transformer.blocks):
+        raise RuntimeError(f"{name}: holds {blocks} transformer blocks; the model has {len(transformer.blocks)}")
     for prefix, module in (("transformer.", transformer), ("text.", encoder)):
         part = {k[len(prefix) :]: v.float() for k, v in state.items() if k.startswith(prefix)}
         missing, unexpected = module.load_state_dict(part, strict=False)
         if missing or unexpected:
-            raise RuntimeError(f"{path}: {prefix[:-1]} keys do not match (missing {missing}, unexpected {unexpected})")
+            raise RuntimeError(f"{name}: {prefix[:-1]} keys do not match (missing {missing}, unexpected {unexpected})")
 
 
 def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):

@@ -67,6 +67,10 @@ class TrainConfig:
     # The share of a new pool's captions with two objects (None: the training mix's, ~30%).
     rollout_two_objects: float | None = None
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
+    # Transformer blocks. 0: the `init` file's (or 4 from scratch). More than `init` holds grows it
+    # (`videogen.models.builtin.grow_layers`: copies of its blocks added as identities, so training
+    # starts from exactly what `init` computes).
+    layers: int = 0
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at
     # 2e-3 reaches a lower held-out x0 error than AdamW at 1e-3 (0.029 vs 0.040 after 1,500 steps,

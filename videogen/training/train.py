@@ -27,7 +27,16 @@ import numpy as np
 import torch
 
 from videogen.errors import InvalidOption
-from videogen.models.builtin import TRANSFORMER_CONFIG, WEIGHTS_FILE, build_fresh, load_weights
+from videogen.models.builtin import (
+    WEIGHTS_FILE,
+    block_count,
+    build_fresh,
+    grow_layers,
+    load_state,
+    load_weights,
+    transformer_config,
+    weights_layers,
+)
 from videogen.models.codec import PixelCodec
 from videogen.training.config import TrainConfig
 from videogen.training.context import own_context
@@ -67,6 +76,11 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
         preset = "builtin-causal" if cfg.causal_chunk else "builtin"  # the causal variant's pool is its own streams
         model = load_model(preset, device="cpu", dtype="float32", attention="dense")
         if cfg.init:  # the pool is the weights being fine-tuned's own output
+            if (layers := weights_layers(cfg.init)) != len(model.transformer.blocks):  # a grown model
+                from videogen.attention.processor import install_attention
+
+                model.transformer = build_fresh(cfg.seed, layers)[0].eval()
+                model.attention = install_attention(model, "dense")
             load_weights(model.transformer, model.prompt_encoder, cfg.init)
         if cfg.rollout_anchor is not None and not cfg.causal_chunk:  # ... rendered as those weights are rendered
             model.preset = dataclasses.replace(model.preset, anchor_frame=cfg.rollout_anchor or None)
@@ -81,6 +95,25 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
     return pool
 
 
+def _initial_model(cfg: TrainConfig, log: Callable[[str], None]):
+    """(transformer, encoder) to train: fresh, or `cfg.init`'s weights, grown to `cfg.layers` blocks."""
+    if not cfg.init:
+        return build_fresh(cfg.seed, cfg.layers or None)
+    from safetensors.torch import load_file
+
+    state = load_file(cfg.init)
+    have = weights_layers(cfg.init)
+    layers = cfg.layers or have
+    if layers < have:
+        raise ValueError(f"layers {layers}: the init weights {cfg.init} hold {have} transformer blocks")
+    if layers > have:
+        log(f"init: growing {cfg.init}'s {have} transformer blocks to {layers}")
+        state = grow_layers(state, layers)
+    transformer, encoder = build_fresh(cfg.seed, layers)
+    load_state(transformer, encoder, state, cfg.init)
+    return transformer, encoder
+
+
 def train_builtin(
     cfg: TrainConfig,
     workdir: str | os.PathLike,
@@ -92,9 +125,7 @@ def train_builtin(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    transformer, encoder = build_fresh(cfg.seed)
-    if cfg.init:
-        load_weights(transformer, encoder, cfg.init)
+    transformer, encoder = _initial_model(cfg, log)
     ema = {k: v.detach().clone() for k, v in _named_state(transformer, encoder).items()}
     params = [p for m in (transformer, encoder) for p in m.parameters()]
     opt = build_optimizer(cfg, transformer, encoder)
@@ -221,6 +252,6 @@ def export_weights(state: dict[str, torch.Tensor], output: str | os.PathLike) ->
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
     save_file({k: v.detach().float().contiguous() for k, v in state.items()}, str(tmp),
-              metadata={"config": repr(TRANSFORMER_CONFIG)})  # fmt: skip
+              metadata={"config": repr(transformer_config(block_count(state)))})  # fmt: skip
     os.replace(tmp, output)
     return output
