@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+import torch
 
 from videogen.cli.main import main
 from videogen.config.estimate import (
@@ -19,6 +21,7 @@ from videogen.config.geometry import geometry_for
 from videogen.config.presets import resolve_preset
 from videogen.config.resolve import resolve_render
 from videogen.config.spec import RenderSpec
+from videogen.errors import ModelLoadError
 
 # Wan 2.1 T2V 1.3B's configs (the fields geometry and shape read): a folder with configs only, no weights.
 WAN_13B_TRANSFORMER = dict(_class_name="WanTransformer3DModel", patch_size=[1, 2, 2], num_attention_heads=12,
@@ -68,6 +71,24 @@ def test_the_builtin_shape_is_the_builtin_models_config():
     assert BUILTIN_SHAPE.layers == cfg["num_layers"] and BUILTIN_SHAPE.ffn == cfg["ffn_dim"]
     assert BUILTIN_SHAPE.width == cfg["num_attention_heads"] * cfg["attention_head_dim"]
     assert BUILTIN_SHAPE.text_tokens == BuiltinPromptEncoder().max_length
+
+
+def test_the_builtin_shape_follows_its_weights_files_depth(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    from videogen.models.builtin import WEIGHTS_FILE, weights_layers
+
+    assert transformer_shape(resolve_preset("builtin")).layers == weights_layers(WEIGHTS_FILE)
+    deeper = tmp_path / "deeper.safetensors"  # a grown model's key layout (`train builtin --layers 6`)
+    save_file({f"transformer.blocks.{i}.ffn.net.2.bias": torch.zeros(2) for i in range(6)}, str(deeper))
+    monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(deeper))
+    assert transformer_shape(resolve_preset("builtin")) == replace(BUILTIN_SHAPE, layers=6)
+    monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(tmp_path / "missing.safetensors"))
+    assert transformer_shape(resolve_preset("builtin")) == BUILTIN_SHAPE  # seeded random weights: the default
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(tmp_path / "bad.safetensors"))
+    with pytest.raises(ModelLoadError, match="bad.safetensors"):
+        transformer_shape(resolve_preset("builtin"))
 
 
 def test_a_five_second_480p_render_of_wan_13b_on_this_cpu_takes_days(wan13b_configs):

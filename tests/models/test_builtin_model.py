@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from videogen.attention.causal import new_cache, plan_chunk
+from videogen.config.geometry import builtin_block_count
 from videogen.models.builtin import (
     LAYOUT_CHANNELS,
     LAYOUT_GAIN,
@@ -15,7 +16,6 @@ from videogen.models.builtin import (
     LAYOUT_SUBFRAMES,
     TRANSFORMER_CONFIG,
     WEIGHTS_DIR,  # fmt: skip
-    block_count,
     build_fresh,
     grow_layers,
     load_weights,
@@ -114,7 +114,8 @@ def test_the_stream_plan_keeps_absolute_frames_while_positions_are_re_indexed():
 
 @pytest.mark.parametrize("weights", ["builtin.safetensors", "builtin_causal.safetensors"])
 def test_each_shipped_weights_file_loads_every_key(weights):
-    load_weights(*build_fresh(0), WEIGHTS_DIR / weights)  # raises on any missing or unexpected key
+    path = WEIGHTS_DIR / weights
+    load_weights(*build_fresh(0, weights_layers(path)), path)  # raises on any missing or unexpected key
 
 
 def _save_weights(transformer, encoder, patch_embedding, path) -> None:
@@ -134,7 +135,7 @@ def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_cou
     transformer, encoder = build_fresh(3)
     state = _named_state(transformer, encoder)
     grown = grow_layers(state, 6)
-    assert block_count(grown) == 6 and block_count(state) == 4
+    assert builtin_block_count(grown) == 6 and builtin_block_count(state) == 4
     # blocks 1 and 3 are copied after themselves, their outputs into the residual stream zeroed
     assert torch.equal(grown["transformer.blocks.2.attn1.to_q.weight"], state["transformer.blocks.1.attn1.to_q.weight"])
     assert torch.equal(grown["transformer.blocks.4.attn1.to_q.weight"], state["transformer.blocks.3.attn1.to_q.weight"])

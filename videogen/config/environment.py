@@ -31,11 +31,16 @@ def models_dir() -> Path:
     return Path(os.environ.get("VIDEOGEN_MODELS_DIR", "~/.cache/videogen/models")).expanduser()
 
 
-def builtin_weights(default: Path, variant: str = "builtin") -> Path:
-    """`variant` "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS, "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS,
-    "builtin-decoder" (the codec's temporal decoder) VIDEOGEN_BUILTIN_DECODER_WEIGHTS."""
+# The built-in models' shipped weights files (package data, in a wheel as in a checkout).
+BUILTIN_WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "models" / "weights"
+
+
+def builtin_weights(name: str, variant: str = "builtin") -> Path:
+    """The weights file of a built-in `variant`: "builtin" reads VIDEOGEN_BUILTIN_WEIGHTS,
+    "builtin-causal" VIDEOGEN_BUILTIN_CAUSAL_WEIGHTS, "builtin-decoder" (the codec's temporal
+    decoder) VIDEOGEN_BUILTIN_DECODER_WEIGHTS; unset: `name` in BUILTIN_WEIGHTS_DIR."""
     env = "VIDEOGEN_" + variant.upper().replace("-", "_") + "_WEIGHTS"
-    return Path(os.environ.get(env, default)).expanduser()
+    return Path(os.environ.get(env, BUILTIN_WEIGHTS_DIR / name)).expanduser()
 
 
 def trust_checkpoints() -> bool:

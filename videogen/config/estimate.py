@@ -16,12 +16,13 @@ counted as dense: the estimate is an upper bound on the attention share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from videogen.config.geometry import ModelGeometry, folder_config
+from videogen.config import environment
+from videogen.config.geometry import ModelGeometry, builtin_block_count, folder_config, safetensors_keys
 from videogen.config.presets import Preset
 from videogen.errors import ModelLoadError
 
@@ -59,17 +60,27 @@ class TransformerShape:
 
 
 # The built-in model (`videogen.models.builtin.TRANSFORMER_CONFIG`: 4 layers, 4 heads x 32, ffn 512,
-# 16-word captions); tests/cli/test_estimate.py checks that the two agree.
+# 16-word captions); tests/cli/test_estimate.py checks that the two agree. A weights file trained
+# deeper (`videogen train builtin --layers`) has as many layers as it holds blocks.
 BUILTIN_SHAPE = TransformerShape(layers=4, width=128, ffn=512, text_tokens=16)
 
 
 def transformer_shape(preset: Preset) -> TransformerShape:
-    """`preset`'s transformer shape without loading it (a folder's `transformer/config.json`)."""
+    """`preset`'s transformer shape without loading it (a folder's `transformer/config.json`; the
+    built-in model's weights file's header)."""
     if preset.kind == "builtin":
-        return BUILTIN_SHAPE
+        path = environment.builtin_weights(preset.weights, preset.name)
+        if not path.is_file():  # the model runs on seeded random weights of the default depth
+            return BUILTIN_SHAPE
+        return replace(BUILTIN_SHAPE, layers=_builtin_layers(str(path), path.stat().st_mtime_ns))
     if preset.path is None:
         raise ModelLoadError(f"preset {preset.name!r} names no model folder")
     return _folder_shape(str(preset.path))
+
+
+@lru_cache(maxsize=32)
+def _builtin_layers(path: str, mtime_ns: int) -> int:
+    return builtin_block_count(safetensors_keys(path)) or BUILTIN_SHAPE.layers
 
 
 @lru_cache(maxsize=32)

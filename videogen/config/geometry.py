@@ -11,6 +11,7 @@ the model reads them from it (`geometry_of`). Both agree: the built-in model is 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -78,6 +79,29 @@ def folder_config(folder: str, part: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ModelLoadError(f"--model: {file} is not a JSON object")
     return config
+
+
+def safetensors_keys(path: str | Path) -> list[str]:
+    """The tensor names in a .safetensors file, from its header alone (no tensor is read, no torch).
+    ModelLoadError naming the file when it is not one."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > Path(path).stat().st_size - 8:
+                raise ValueError(f"its header claims {size} bytes, more than the file holds")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+    except (OSError, ValueError, struct.error) as exc:
+        raise ModelLoadError(f"cannot read {str(path)!r} as safetensors: {exc}") from None
+    return [k for k in header if k != "__metadata__"]
+
+
+def builtin_block_count(keys) -> int | None:
+    """The transformer blocks that a built-in weights state's keys (`transformer.blocks.N.*`) name;
+    None: none."""
+    blocks = {int(k.split(".")[2]) for k in keys if k.startswith("transformer.blocks.")}
+    return max(blocks) + 1 if blocks else None
 
 
 @lru_cache(maxsize=32)

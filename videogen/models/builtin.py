@@ -22,11 +22,12 @@ import torch
 from einops import rearrange, repeat
 from torch import nn
 
-from videogen.config.geometry import BUILTIN_GEOMETRY
+from videogen.config import environment
+from videogen.config.geometry import BUILTIN_GEOMETRY, builtin_block_count, safetensors_keys
 from videogen.models.codec import PixelCodec
 from videogen.models.text import VocabPromptEncoder
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WEIGHTS_DIR = environment.BUILTIN_WEIGHTS_DIR
 WEIGHTS_FILE = WEIGHTS_DIR / "builtin.safetensors"
 CAUSAL_WEIGHTS_FILE = WEIGHTS_DIR / "builtin_causal.safetensors"  # the block-causal variant (streaming)
 
@@ -248,16 +249,7 @@ def transformer_config(layers: int | None = None) -> dict:
 
 def weights_layers(path) -> int:
     """How many transformer blocks a built-in weights file holds (its `transformer.blocks.N.*` keys)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        return block_count(f.keys()) or int(TRANSFORMER_CONFIG["num_layers"])
-
-
-def block_count(keys) -> int | None:
-    """The transformer blocks that a built-in state's keys (`transformer.blocks.N.*`) name; None: none."""
-    blocks = {int(k.split(".")[2]) for k in keys if k.startswith("transformer.blocks.")}
-    return max(blocks) + 1 if blocks else None
+    return builtin_block_count(safetensors_keys(path)) or int(TRANSFORMER_CONFIG["num_layers"])
 
 
 # A block's outputs into the residual stream: self-attention, cross-attention, feed-forward.
@@ -271,7 +263,7 @@ def grow_layers(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.
     so the grown model computes exactly what the original did and training starts from it (block
     expansion, as LLaMA Pro grows a trained model). Fewer layers than `state` holds is an error."""
     head = "transformer.blocks."
-    old = block_count(state) or 0
+    old = builtin_block_count(state) or 0
     if layers < old:
         raise ValueError(f"cannot grow {old} transformer blocks to {layers}")
     new = layers - old
@@ -305,7 +297,7 @@ def load_state(transformer, encoder, state: dict[str, torch.Tensor], name: str) 
     if key in state and state[key].shape[1] != want:
         raise RuntimeError(f"{name}: the transformer takes {state[key].shape[1]} input channels; "
                            f"the built-in model takes {want}")  # fmt: skip
-    blocks = block_count(state)
+    blocks = builtin_block_count(state)
     if blocks is not None and blocks != len(transformer.blocks):
         raise RuntimeError(f"{name}: holds {blocks} transformer blocks; the model has {len(transformer.blocks)}")
     for prefix, module in (("transformer.", transformer), ("text.", encoder)):
@@ -331,16 +323,12 @@ def cast_transformer(transformer, device: torch.device, dtype: torch.dtype):
 
 
 def weights_file(variant: str = "builtin", weights: str = "builtin.safetensors") -> Path:
-    from videogen.config import environment
-
-    return environment.builtin_weights(WEIGHTS_DIR / weights, variant)
+    return environment.builtin_weights(weights, variant)
 
 
 def decoder_file(decoder: str) -> Path:
     """The codec's temporal decoder file: `decoder` in `weights/`, or $VIDEOGEN_BUILTIN_DECODER_WEIGHTS."""
-    from videogen.config import environment
-
-    return environment.builtin_weights(WEIGHTS_DIR / decoder, "builtin-decoder")
+    return environment.builtin_weights(decoder, "builtin-decoder")
 
 
 def is_trained(variant: str = "builtin", weights: str = "builtin.safetensors") -> bool:

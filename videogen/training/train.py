@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from videogen.config.geometry import builtin_block_count
 from videogen.errors import InvalidOption
 from videogen.models.builtin import (
     WEIGHTS_FILE,
-    block_count,
     build_fresh,
     grow_layers,
     load_state,
@@ -252,6 +252,6 @@ def export_weights(state: dict[str, torch.Tensor], output: str | os.PathLike) ->
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
     save_file({k: v.detach().float().contiguous() for k, v in state.items()}, str(tmp),
-              metadata={"config": repr(transformer_config(block_count(state)))})  # fmt: skip
+              metadata={"config": repr(transformer_config(builtin_block_count(state)))})  # fmt: skip
     os.replace(tmp, output)
     return output
