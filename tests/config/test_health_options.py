@@ -55,7 +55,9 @@ def test_a_bad_health_block_in_the_presets_file_is_named(presets_file):
 
 @pytest.mark.parametrize(("field", "value", "says"), [
     ("give_up_after", "-1", "must be a whole number >= 0"), ("give_up_after", "1.5", "must be a whole number >= 0"),
-    ("give_up_after", "two", "must be a whole number >= 0"), ("retry_budget", "-0.5", "must be a share of the transformer evaluations"),
+    ("give_up_after", "two", "must be a whole number >= 0"), ("backtrack", "-1", "must be a whole number in 0..10"),
+    ("backtrack", "11", "must be a whole number in 0..10"), ("backtrack", "1.5", "must be a whole number in 0..10"),
+    ("retry_budget", "-0.5", "must be a share of the transformer evaluations"),
     ("retry_budget", "11", "must be a share of the transformer evaluations"), ("retry_budget", "lots", "must be a share of the transformer evaluations"),
     ("preview", "1", "must be a noise level in"), ("preview", "-0.1", "must be a noise level in"),
     ("preview", "soon", "must be a noise level in"), ("preview", "[0.9, 0.95]", "must list 1..4 falling noise levels"),

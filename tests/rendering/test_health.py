@@ -14,6 +14,7 @@ from videogen.config.resolve import resolve_render
 from videogen.config.spec import RenderSpec
 from videogen.errors import InvalidOption, NonFiniteLatents
 from videogen.rendering import SegmentFinished, SegmentRetried, render
+from videogen.rendering.events import SegmentStarted
 from videogen.sampling.health import (
     NONFINITE,
     _near,
@@ -765,3 +766,102 @@ def test_retries_sample_at_the_retry_guidance_and_the_first_attempt_at_the_jobs(
     events = list(render(spec, tmp_path / "v.mp4", model=model, thumbnail=False))
     assert [e.attempts for e in events if isinstance(e, SegmentFinished)] == [1, 2, 1]
     assert seen == [(False, 3.0), (False, 3.0), (True, 5.0), (False, 3.0)]
+
+
+# -- backtracking (`backtrack`): a flaw that came through the seam -------------------------------
+
+
+def _backtracking(model, backtrack: int = 1, **health):
+    import copy
+    import dataclasses
+
+    model = copy.copy(model)
+    model.preset = dataclasses.replace(model.preset, health=dataclasses.replace(
+        model.preset.health, backtrack=backtrack, preview=0.0, **health))  # fmt: skip
+    return model
+
+
+def _plant_through_the_seam(monkeypatch, model, cured_from: int | None):
+    """Segment 2 decodes black in every attempt while segment 1's latents came from an attempt
+    below `cured_from` (None: whatever segment 1 was): the flaw is in what it was handed."""
+    import videogen.rendering.segment as seg_module
+
+    current, made = {}, {}
+    real_denoise, real_decode = seg_module._denoise, model.codec.decode
+
+    def denoise(seg, inputs, handoff, attempt, *rest):
+        current["at"] = (seg.index, attempt)
+        if seg.index == 1:
+            made["segment 1"] = attempt
+        return real_denoise(seg, inputs, handoff, attempt, *rest)
+
+    def decode(latents, **how):
+        video = real_decode(latents, **how)
+        index, _ = current.get("at", (-1, 0))
+        if index == 2 and (cured_from is None or made.get("segment 1", 0) < cured_from):
+            video = video.clone()
+            video[:, :, PREFIX:] = -1.0
+        return video
+
+    monkeypatch.setattr(seg_module, "_denoise", denoise)
+    monkeypatch.setattr(model.codec, "decode", decode)
+
+
+def _backtrack_render(model, path, seconds=6.5, workdir=None):
+    spec = RenderSpec.single(PROMPT, seconds, seed=4, steps=4, health_checks=["black"], retries=2)
+    return [e for e in render(spec, path, model=model, workdir=workdir, thumbnail=False)
+            if not isinstance(e, StepProgress)]  # fmt: skip
+
+
+def test_a_segment_that_fails_every_attempt_sends_the_render_back_into_the_one_before(builtin_model, tmp_path,
+                                                                                     monkeypatch):  # fmt: skip
+    import json
+
+    model = _backtracking(builtin_model)
+    _plant_through_the_seam(monkeypatch, model, cured_from=3)  # segment 1's attempts 3.. (a backtrack's) cure it
+    events = _backtrack_render(model, tmp_path / "a.mp4")
+    retried = [(e.index, e.attempt, e.reasons) for e in events if isinstance(e, SegmentRetried)]
+    assert retried == [(2, 1, ("black",)), (2, 2, ("black",)), (1, 3, ("backtrack", "black"))]
+    finished = [(e.index, e.attempts, e.failed_checks) for e in events if isinstance(e, SegmentFinished)]
+    assert finished == [(0, 1, ()), (1, 1, ()), (2, 1, ()), (3, 1, ())]  # the new chain passes: kept
+    # Each segment is written once it is final: segment 1 after segment 2 was kept.
+    order = [(type(e).__name__, e.index) for e in events if isinstance(e, SegmentStarted | SegmentFinished)]
+    assert order.index(("SegmentFinished", 1)) > order.index(("SegmentStarted", 2))
+    health = json.loads((tmp_path / "a.mp4.drift.json").read_text())["health"]
+    record = health["segments"][1]
+    assert record["backtracks"] == 1 and record["backtrack_evals"] == health["backtrack_evals"] > 0
+    assert [r["segment"] for r in health["segments"]] == [0, 1, 2, 3]
+    # Same inputs, same output; and resumed from the checkpoint of segment 1 (written once segment
+    # 2 was kept), the render makes the same video with nothing planted.
+    _backtrack_render(model, tmp_path / "b.mp4")
+    assert (tmp_path / "a.mp4").read_bytes() == (tmp_path / "b.mp4").read_bytes()
+    spec = RenderSpec.single(PROMPT, 6.5, seed=4, steps=4, health_checks=["black"], retries=2)
+    gen = render(spec, tmp_path / "r.mp4", model=model, workdir=tmp_path / "work", thumbnail=False)
+    for event in gen:
+        if isinstance(event, SegmentFinished) and event.index == 1:
+            gen.close()
+            break
+    monkeypatch.undo()
+    resumed = list(render(spec, tmp_path / "r.mp4", model=model, workdir=tmp_path / "work", thumbnail=False))
+    assert [e.resumed for e in resumed if isinstance(e, SegmentFinished)] == [True, True, False, False]
+    assert (tmp_path / "r.mp4").read_bytes() == (tmp_path / "a.mp4").read_bytes()
+
+
+def test_a_backtrack_that_rescues_nothing_keeps_the_chain_it_had(builtin_model, tmp_path, monkeypatch):
+    _plant_through_the_seam(monkeypatch, builtin_model, cured_from=None)  # segment 2 is black whatever came before
+    plain = _backtrack_render(_backtracking(builtin_model, backtrack=0), tmp_path / "plain.mp4")
+    events = _backtrack_render(_backtracking(builtin_model, backtrack=2), tmp_path / "back.mp4")
+    backs = [e.attempt for e in events if isinstance(e, SegmentRetried) and "backtrack" in e.reasons]
+    assert backs == [3, 6]  # twice into segment 1 (its limit), each from attempts no generation drew before
+    finished = [(e.index, e.attempts, e.failed_checks) for e in events if isinstance(e, SegmentFinished)]
+    assert finished == [(e.index, e.attempts, e.failed_checks) for e in plain if isinstance(e, SegmentFinished)]
+    assert finished[2] == (2, 3, ("black",))
+    assert (tmp_path / "back.mp4").read_bytes() == (tmp_path / "plain.mp4").read_bytes()
+
+
+def test_a_render_that_passes_the_gate_with_backtracking_on_is_the_gate_off_render(builtin_model, tmp_path):
+    on = _backtrack_render(_backtracking(builtin_model), tmp_path / "on.mp4")
+    assert not any(isinstance(e, SegmentRetried) for e in on)
+    spec = RenderSpec.single(PROMPT, 6.5, seed=4, steps=4, health_checks=[])
+    list(render(spec, tmp_path / "off.mp4", model=builtin_model, thumbnail=False))
+    assert (tmp_path / "on.mp4").read_bytes() == (tmp_path / "off.mp4").read_bytes()

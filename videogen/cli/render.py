@@ -217,6 +217,7 @@ class _ProgressDisplay:
         self.model = model
         self.segment_bar: tqdm | None = None
         self.step_bar: tqdm | None = None
+        self.step_index = -1  # the segment whose steps the step bar counts
         self.steps_per_segment = 0
 
     def show(self, event: object) -> None:
@@ -239,6 +240,9 @@ class _ProgressDisplay:
             )
             self.segment_bar = tqdm(total=len(event.plan), desc="segments", unit="seg", position=0, file=sys.stderr)
         elif isinstance(event, SegmentStarted):
+            if self.step_bar is not None:  # a segment held back (`backtrack`) is reported finished later
+                self.step_bar.close()
+            self.step_index = event.index
             self.step_bar = tqdm(total=self.steps_per_segment, desc=f"segment {event.index + 1}",
                                  unit="step", position=1, leave=False, file=sys.stderr)  # fmt: skip
         elif isinstance(event, StepProgress) and self.step_bar is not None:
@@ -252,7 +256,7 @@ class _ProgressDisplay:
             if event.failed_checks:
                 self._write(f"videogen: segment {event.index + 1} kept its best of {event.attempts} attempts, "
                             f"still failing {', '.join(event.failed_checks)}")  # fmt: skip
-            if self.step_bar is not None:
+            if self.step_bar is not None and event.index == self.step_index:
                 self.step_bar.close()
                 self.step_bar = None
             if self.segment_bar is not None:

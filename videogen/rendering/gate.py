@@ -71,9 +71,15 @@ class HealthHistory:
     def kept_evals(self) -> int:
         return sum(r.get("evals", r.get("steps", 0)) for r in self.records) - self.retry_evals
 
+    @property
+    def backtrack_evals(self) -> int:
+        """Transformer evaluations of the chains a backtrack dropped (`videogen.rendering.render`)."""
+        return sum(r.get("backtrack_evals", 0) for r in self.records)
+
     def report(self) -> dict:
         """The drift report's `health` entry."""
-        return {"retries_used": self.retries_used, "retry_evals": self.retry_evals, "segments": list(self.records)}
+        return {"retries_used": self.retries_used, "retry_evals": self.retry_evals,
+                "backtrack_evals": self.backtrack_evals, "segments": list(self.records)}  # fmt: skip
 
     def state_dict(self) -> dict:
         return {"anchor": self.anchor and self.anchor.to_dict(), "previous": self.previous and self.previous.to_dict(),

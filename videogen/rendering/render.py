@@ -17,12 +17,14 @@ after the last finished segment, producing the same video an uninterrupted rende
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from videogen.config.geometry import geometry_of
@@ -33,9 +35,16 @@ from videogen.errors import RenderCancelled
 from videogen.io.video import VideoWriter, check_output_path
 from videogen.models.lora import load_loras, lora_adapters
 from videogen.rendering.checkpoints import SegmentCheckpoints
-from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+from videogen.rendering.events import (
+    Event,
+    RenderFinished,
+    RenderStarted,
+    SegmentFinished,
+    SegmentRetried,
+    SegmentStarted,
+)
 from videogen.rendering.gate import HealthHistory
-from videogen.rendering.segment import SegmentInputs, make_segment, segment_anchor, segment_inputs
+from videogen.rendering.segment import SegmentInputs, SegmentOutput, make_segment, segment_anchor, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
 from videogen.sampling.loop import SegmentAnchor
 
@@ -103,12 +112,25 @@ def render(
     thumb = _thumbnail_path(output, thumbnail)
     writer = VideoWriter(output, settings.width, settings.height, settings.fps, thumbnail=thumb)
     # 4. Per segment: denoise -> stitch -> write -> checkpoint -> report.
+    # With `backtrack` the loop holds each generated segment back until the next one is kept.
+    hold = progress.health is not None and resolved.health.backtrack > 0
+    held: _Made | None = None
     try:
         for seg in plan.segments:
             if checkpoints is not None and seg.index < done:
                 yield _replay(seg, checkpoints, done, writer, stitcher, progress)
-            else:
-                yield from _generate(seg, inputs, stitcher, writer, checkpoints, progress, keep_tail=tail is not None)
+                continue
+            made = yield from _make(seg, inputs, stitcher, progress, keep_tail=tail is not None, hold=hold)
+            while held is not None and _may_backtrack(held, made, resolved.health.backtrack):
+                held, made = yield from _backtrack(held, made, inputs, stitcher, progress, keep_tail=tail is not None)
+            if held is not None:
+                yield _commit(held, writer, checkpoints, progress)
+            held = made
+            if not hold:
+                yield _commit(made, writer, checkpoints, progress, stitcher)
+                held = None
+        if held is not None:
+            yield _commit(held, writer, checkpoints, progress)
         if cancel is not None and cancel():
             raise RenderCancelled("cancelled before the video was finalised")
         writer.close()
@@ -157,14 +179,45 @@ def _replay(seg: SegmentPlan, checkpoints: SegmentCheckpoints, done: int, writer
     return SegmentFinished(seg.index, progress.frames_written, resumed=True, attempts=attempts, failed_checks=failed)
 
 
-def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: VideoWriter,
-              checkpoints: SegmentCheckpoints | None, progress: _Progress, *, keep_tail: bool) -> Iterator[Event]:  # fmt: skip
-    """One new segment: denoise and stitch it, write its frames, checkpoint it, report it."""
+@dataclass
+class _Made:
+    """A generated segment, with what the loop carried before it and after it (`_snapshot`): the
+    state its checkpoint holds, and the state a backtrack into it restores."""
+
+    seg: SegmentPlan
+    out: SegmentOutput
+    frames: np.ndarray  # what it writes (an extension's overlap skipped)
+    before: dict | None  # None: not held back (written at once from the live state)
+    after: dict | None
+    redo: int = 0  # times the render generated it before (backtracks into it)
+
+
+def _snapshot(stitcher: Any, progress: _Progress) -> dict:
+    """What a backtrack restores: the loop's carried state, deep-copied (the stitcher's and the
+    gate's states are mutated in place by the segments after)."""
+    return copy.deepcopy({"stitcher": stitcher.state_dict(), "handoff": progress.handoff, "skip": progress.skip,
+                          "tail": progress.tail, "anchor": progress.anchor,
+                          "health": progress.health.state_dict() if progress.health is not None else None})  # fmt: skip
+
+
+def _restore(state: dict, stitcher: Any, progress: _Progress) -> None:
+    state = copy.deepcopy(state)
+    stitcher.load_state_dict(state["stitcher"])
+    progress.handoff, progress.skip, progress.tail, progress.anchor = (state["handoff"], state["skip"],
+                                                                       state["tail"], state["anchor"])  # fmt: skip
+    if progress.health is not None and state["health"] is not None:
+        progress.health.load_state_dict(state["health"])
+
+
+def _make(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, progress: _Progress, *, keep_tail: bool,
+          hold: bool, redo: int = 0) -> Generator[Any, None, _Made]:  # fmt: skip
+    """Denoise and stitch one new segment (not yet written): a `_Made`, as the generator's value."""
+    before = _snapshot(stitcher, progress) if hold else None
     yield SegmentStarted(seg.index, seg.shot, seg.frames)
     last = seg.index == len(inputs.resolved.plan) - 1
     with lora_adapters(inputs.model, inputs.resolved.loras):  # the request's LoRAs; the base model after
         out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
-                                      keep_state=keep_tail, anchor=progress.anchor)  # fmt: skip
+                                      keep_state=keep_tail, anchor=progress.anchor, redo=redo)  # fmt: skip
     handoff = out.latents.detach().to("cpu")
     progress.anchor = segment_anchor(seg, inputs, handoff, progress.anchor)
     if out.stitcher_state is not None:
@@ -174,13 +227,81 @@ def _generate(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, writer: Vi
     frames = out.frames
     if progress.skip:  # an extension: the source video already shows the overlap
         frames, progress.skip = frames[progress.skip :], max(0, progress.skip - len(frames))
-    writer.write(frames)
-    progress.frames_written += len(frames)
     progress.handoff = handoff
+    after = _snapshot(stitcher, progress) if hold else None
+    return _Made(seg, out, frames, before, after, redo)
+
+
+def _may_backtrack(held: _Made, made: _Made, limit: int) -> bool:
+    """Whether `made` (which kept a failing attempt) sends the render back into `held`, the segment
+    before it: the same shot, `held` passed the gate, `made` was re-sampled as often as the gate
+    allows (not held back by `give_up_after` or `retry_budget`), and `held` has backtracks left."""
+    record = made.after["health"]["records"][-1] if made.after and made.after["health"] else {}
+    return (bool(made.out.failed_checks) and not held.out.failed_checks and not made.seg.first_in_shot
+            and held.seg.shot == made.seg.shot and held.redo < limit
+            and not record.get("retries_withheld"))  # fmt: skip
+
+
+def _backtrack(held: _Made, made: _Made, inputs: SegmentInputs, stitcher: Any, progress: _Progress, *,
+               keep_tail: bool) -> Generator[Any, None, tuple[_Made, _Made]]:  # fmt: skip
+    """Generate `held` again from fresh attempts, then `made` after it; keep the chain whose two
+    segments fail fewer checks (the earlier chain on a tie). The chain not kept is charged to the
+    kept `held`'s gate record (`backtracks`, `backtrack_evals`: the transformer evaluations it
+    ran), so the cost of a backtrack shows in the drift report beside the retries'."""
+    assert held.before is not None and made.after is not None
+    _restore(held.before, stitcher, progress)
+    yield SegmentRetried(held.seg.index, (held.redo + 1) * (1 + inputs.resolved.health.retries),
+                         ("backtrack", *made.out.failed_checks))  # fmt: skip
+    held2 = yield from _make(held.seg, inputs, stitcher, progress, keep_tail=keep_tail, hold=True, redo=held.redo + 1)
+    made2 = yield from _make(made.seg, inputs, stitcher, progress, keep_tail=keep_tail, hold=True, redo=made.redo)
+    new = len(held2.out.failed_checks) + len(made2.out.failed_checks)
+    old = len(held.out.failed_checks) + len(made.out.failed_checks)
+    keep, drop = ((held2, made2), (held, made)) if new < old else ((held, made), (held2, made2))
+    if keep[0] is held:
+        _restore(made.after, stitcher, progress)
+    spent = sum(_record(m)["evals"] for m in drop)
+    for records in (progress.health.records if progress.health is not None else [],
+                    *(m.after["health"]["records"] for m in keep if m.after and m.after["health"])):  # fmt: skip
+        _charge(records, held.seg.index, spent)
+    keep[0].redo = held.redo + 1
+    return keep
+
+
+def _record(made: _Made) -> dict:
+    """The gate's record of `made`'s generation (the last record in the state after it)."""
+    assert made.after is not None and made.after["health"] is not None
+    return made.after["health"]["records"][-1]
+
+
+def _charge(records: list[dict], index: int, spent: int) -> None:
+    """Charge a dropped chain's transformer evaluations to segment `index`'s last record. Beside
+    `evals` and `retry_evals`, not in them: a `retry_budget` counts the gate's own retries, so a
+    resumed render (whose history has the charge before it generates the next segment, where the
+    uninterrupted one had it after) budgets exactly as the uninterrupted one did."""
+    record = next(r for r in reversed(records) if r["segment"] == index)
+    record["backtracks"] = record.get("backtracks", 0) + 1
+    record["backtrack_evals"] = record.get("backtrack_evals", 0) + spent
+
+
+def _commit(made: _Made, writer: VideoWriter, checkpoints: SegmentCheckpoints | None, progress: _Progress,
+            stitcher: Any = None) -> SegmentFinished:  # fmt: skip
+    """Write `made`'s frames, checkpoint it (with the state after it: its snapshot when it was held
+    back, else the live state of `stitcher` and `progress`), report it."""
+    writer.write(made.frames)
+    progress.frames_written += len(made.frames)
     if checkpoints:
-        health = progress.health.state_dict() if progress.health is not None else None
-        checkpoints.save(seg.index, frames, handoff, stitcher.state_dict(), health, progress.anchor)
-    yield SegmentFinished(seg.index, progress.frames_written, attempts=out.attempts, failed_checks=out.failed_checks)
+        assert progress.handoff is not None
+        if made.after is not None:
+            state = made.after
+            checkpoints.save(made.seg.index, made.frames, state["handoff"], state["stitcher"], state["health"],
+                             state["anchor"])  # fmt: skip
+        else:
+            health = progress.health.state_dict() if progress.health is not None else None
+            checkpoints.save(made.seg.index, made.frames, progress.handoff, stitcher.state_dict(), health,
+                             progress.anchor)  # fmt: skip
+    out = made.out
+    return SegmentFinished(made.seg.index, progress.frames_written, attempts=out.attempts,
+                           failed_checks=out.failed_checks)  # fmt: skip
 
 
 def _finish(output: Path, thumb: Path | None, resolved: ResolvedRender, stitcher: Any,

@@ -82,19 +82,22 @@ def segment_inputs(model: Any, resolved: ResolvedRender, source: RenderTail | No
 
 def make_segment(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, handoff: torch.Tensor | None,
                  history: HealthHistory | None, *, last: bool, keep_state: bool,
-                 anchor: SegmentAnchor | None = None) -> Generator[StepProgress | SegmentRetried, None, SegmentOutput]:  # fmt: skip
+                 anchor: SegmentAnchor | None = None, redo: int = 0) -> Generator[StepProgress | SegmentRetried, None, SegmentOutput]:  # fmt: skip
     """Denoise `seg` and stitch it: yields a `StepProgress` per step (and a `SegmentRetried`
     before each re-sampling the health gate asks for), returns its frames. `handoff`: the
     previous segment's latents; `history`: the gate's memory (None: the gate is off); `last`: the
     render's last segment (the stitcher flushes what it holds back); `keep_state`: also return
-    the stitcher's state before that flush; `anchor`: the shot's anchor frame (`segment_anchor`)."""
+    the stitcher's state before that flush; `anchor`: the shot's anchor frame (`segment_anchor`);
+    `redo`: how many times the render generated `seg` before (a backtrack): its attempts then
+    draw noise no earlier generation of it drew."""
     model, settings = inputs.model, inputs.resolved.settings
+    first = redo * (1 + inputs.resolved.health.retries)  # the attempt numbers of earlier generations come first
     written: list[np.ndarray] = []
     if seg.first_in_shot and (seg.index > 0 or not inputs.extends):
         written.append(stitcher.new_shot())  # the previous shot's held-back tail
 
     def sample(attempt: int, previews: tuple[float, ...] = ()) -> Generator[StepProgress | Preview, None, torch.Tensor]:
-        return _denoise(seg, inputs, handoff, attempt, anchor, previews)
+        return _denoise(seg, inputs, handoff, first + attempt, anchor, previews)
 
     def decode(latents: torch.Tensor, glance: bool = False) -> np.ndarray:
         from videogen.models.codec import video_to_uint8

@@ -247,20 +247,23 @@ def render_long(model, prompt: str, seconds: float, seed: int, steps: int | None
     from videogen.rendering.render import render
 
     spec = RenderSpec.single(prompt, seconds, model=model.preset.name, seed=seed, steps=steps, guidance=guidance)
-    out, written, retries, report = workdir / "long.mp4", 0, [], None
+    out, retried, report = workdir / "long.mp4", [], None
     start = time.perf_counter()
+    ends: dict[int, int] = {}  # a segment's last frame written (with `backtrack` it is written one segment late)
     for ev in render(spec, out, model=model, thumbnail=False):
         if type(ev).__name__ == RETRY_EVENT:
-            retries.append(written)  # the segment being made starts where the last one ended
+            retried.append(ev.index)
         elif isinstance(ev, SegmentFinished):
-            written = ev.frames_written
+            ends[ev.index] = ev.frames_written
         elif isinstance(ev, RenderFinished):
             report = ev.report
     compute = time.perf_counter() - start
     drift = json.loads(Path(report).read_text()) if report else {}
     records = (drift.get("health") or {}).get("segments", [])
-    retried = sum(int(r["retry_evals"]) for r in records)
-    sampling = (retried, sum(int(r["evals"]) for r in records) - retried)
+    retries = [ends.get(i - 1, 0) for i in retried]  # the segment being made starts where the last one ended
+    retried_evals = sum(int(r["retry_evals"]) for r in records)
+    dropped = sum(int(r.get("backtrack_evals", 0)) for r in records)  # chains a backtrack did not keep
+    sampling = (retried_evals + dropped, sum(int(r["evals"]) for r in records) - retried_evals)
     frames = VideoReader(out).read_all()
     seams = tuple((int(a), int(b)) for a, b in drift.get("seams", []))
     return LongVideo(frames, model.preset.fps, seams, tuple(retries), compute, sampling)
