@@ -223,8 +223,13 @@ class _ProgressDisplay:
     def show(self, event: object) -> None:
         from tqdm import tqdm
 
-        from videogen.rendering.events import SegmentRetried
-        from videogen.rendering.render import RenderFinished, RenderStarted, SegmentFinished, SegmentStarted
+        from videogen.rendering.events import (
+            RenderFinished,
+            RenderStarted,
+            SegmentFinished,
+            SegmentRetried,
+            SegmentStarted,
+        )
         from videogen.sampling.loop import StepProgress
 
         if isinstance(event, RenderStarted):

@@ -34,15 +34,9 @@ from videogen.config.spec import RenderSpec
 from videogen.errors import RenderCancelled
 from videogen.io.video import VideoWriter, check_output_path
 from videogen.models.lora import load_loras, lora_adapters
+from videogen.rendering import events
 from videogen.rendering.checkpoints import SegmentCheckpoints
-from videogen.rendering.events import (
-    Event,
-    RenderFinished,
-    RenderStarted,
-    SegmentFinished,
-    SegmentRetried,
-    SegmentStarted,
-)
+from videogen.rendering.events import Event, RenderFinished, RenderStarted, SegmentFinished
 from videogen.rendering.gate import HealthHistory
 from videogen.rendering.segment import SegmentInputs, SegmentOutput, make_segment, segment_anchor, segment_inputs
 from videogen.rendering.tail import RenderTail, load_tail, save_tail
@@ -213,7 +207,7 @@ def _make(seg: SegmentPlan, inputs: SegmentInputs, stitcher: Any, progress: _Pro
           hold: bool, redo: int = 0) -> Generator[Any, None, _Made]:  # fmt: skip
     """Denoise and stitch one new segment (not yet written): a `_Made`, as the generator's value."""
     before = _snapshot(stitcher, progress) if hold else None
-    yield SegmentStarted(seg.index, seg.shot, seg.frames)
+    yield events.SegmentStarted(seg.index, seg.shot, seg.frames)
     last = seg.index == len(inputs.resolved.plan) - 1
     with lora_adapters(inputs.model, inputs.resolved.loras):  # the request's LoRAs; the base model after
         out = yield from make_segment(seg, inputs, stitcher, progress.handoff, progress.health, last=last,
@@ -250,7 +244,7 @@ def _backtrack(held: _Made, made: _Made, inputs: SegmentInputs, stitcher: Any, p
     ran), so the cost of a backtrack shows in the drift report beside the retries'."""
     assert held.before is not None and made.after is not None
     _restore(held.before, stitcher, progress)
-    yield SegmentRetried(held.seg.index, (held.redo + 1) * (1 + inputs.resolved.health.retries),
+    yield events.SegmentRetried(held.seg.index, (held.redo + 1) * (1 + inputs.resolved.health.retries),
                          ("backtrack", *made.out.failed_checks))  # fmt: skip
     held2 = yield from _make(held.seg, inputs, stitcher, progress, keep_tail=keep_tail, hold=True, redo=held.redo + 1)
     made2 = yield from _make(made.seg, inputs, stitcher, progress, keep_tail=keep_tail, hold=True, redo=made.redo)
