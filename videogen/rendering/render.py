@@ -118,13 +118,14 @@ def render(
             while held is not None and _may_backtrack(held, made, resolved.health.backtrack):
                 held, made = yield from _backtrack(held, made, inputs, stitcher, progress, keep_tail=tail is not None)
             if held is not None:
-                yield _commit(held, writer, checkpoints, progress)
-            held = made
-            if not hold:
-                yield _commit(made, writer, checkpoints, progress, stitcher)
+                yield _commit(held, writer, checkpoints, progress, stitcher)
                 held = None
+            if hold:
+                held = made
+            else:
+                yield _commit(made, writer, checkpoints, progress, stitcher)
         if held is not None:
-            yield _commit(held, writer, checkpoints, progress)
+            yield _commit(held, writer, checkpoints, progress, stitcher)
         if cancel is not None and cancel():
             raise RenderCancelled("cancelled before the video was finalised")
         writer.close()
@@ -186,12 +187,17 @@ class _Made:
     redo: int = 0  # times the render generated it before (backtracks into it)
 
 
+def _carried(stitcher: Any, progress: _Progress) -> dict:
+    """The loop's carried state as it stands: what a checkpoint saves and a backtrack restores."""
+    return {"stitcher": stitcher.state_dict(), "handoff": progress.handoff, "skip": progress.skip,
+            "tail": progress.tail, "anchor": progress.anchor,
+            "health": progress.health.state_dict() if progress.health is not None else None}  # fmt: skip
+
+
 def _snapshot(stitcher: Any, progress: _Progress) -> dict:
-    """What a backtrack restores: the loop's carried state, deep-copied (the stitcher's and the
-    gate's states are mutated in place by the segments after)."""
-    return copy.deepcopy({"stitcher": stitcher.state_dict(), "handoff": progress.handoff, "skip": progress.skip,
-                          "tail": progress.tail, "anchor": progress.anchor,
-                          "health": progress.health.state_dict() if progress.health is not None else None})  # fmt: skip
+    """`_carried`, deep-copied: the stitcher's and the gate's states are mutated in place by the
+    segments after."""
+    return copy.deepcopy(_carried(stitcher, progress))
 
 
 def _restore(state: dict, stitcher: Any, progress: _Progress) -> None:
@@ -278,21 +284,15 @@ def _charge(records: list[dict], index: int, spent: int) -> None:
 
 
 def _commit(made: _Made, writer: VideoWriter, checkpoints: SegmentCheckpoints | None, progress: _Progress,
-            stitcher: Any = None) -> SegmentFinished:  # fmt: skip
+            stitcher: Any) -> SegmentFinished:  # fmt: skip
     """Write `made`'s frames, checkpoint it (with the state after it: its snapshot when it was held
     back, else the live state of `stitcher` and `progress`), report it."""
     writer.write(made.frames)
     progress.frames_written += len(made.frames)
     if checkpoints:
-        assert progress.handoff is not None
-        if made.after is not None:
-            state = made.after
-            checkpoints.save(made.seg.index, made.frames, state["handoff"], state["stitcher"], state["health"],
-                             state["anchor"])  # fmt: skip
-        else:
-            health = progress.health.state_dict() if progress.health is not None else None
-            checkpoints.save(made.seg.index, made.frames, progress.handoff, stitcher.state_dict(), health,
-                             progress.anchor)  # fmt: skip
+        state = made.after or _carried(stitcher, progress)
+        checkpoints.save(made.seg.index, made.frames, state["handoff"], state["stitcher"], state["health"],
+                         state["anchor"])  # fmt: skip
     out = made.out
     return SegmentFinished(made.seg.index, progress.frames_written, attempts=out.attempts,
                            failed_checks=out.failed_checks)  # fmt: skip
