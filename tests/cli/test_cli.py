@@ -121,6 +121,11 @@ def test_unwritable_output_is_rejected(tmp_path):
             ["--layers", "3", "--init", str(WEIGHTS_FILE)],
             "--layers=3: must be >= the 4 transformer blocks --init holds",
         ),
+        (["--heads", "0"], "--heads=0: must be in 1..32"),
+        (
+            ["--heads", "6", "--init", str(WEIGHTS_FILE)],
+            "--heads=6: must be a whole multiple of the 4 attention heads --init holds",
+        ),
         (["--causal-chunk", "2", "--rollouts", "p.npz", "--rollout-frac", "0.5"], "--causal-chunk=2"),
         (
             ["--causal-chunk", "3", "--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-seconds", "30"],

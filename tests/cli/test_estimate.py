@@ -73,16 +73,21 @@ def test_the_builtin_shape_is_the_builtin_models_config():
     assert BUILTIN_SHAPE.text_tokens == BuiltinPromptEncoder().max_length
 
 
-def test_the_builtin_shape_follows_its_weights_files_depth(tmp_path, monkeypatch):
+def test_the_builtin_shape_follows_its_weights_files_depth_and_width(tmp_path, monkeypatch):
     from safetensors.torch import save_file
 
-    from videogen.models.builtin import WEIGHTS_FILE, weights_layers
+    from videogen.models.builtin import WEIGHTS_FILE, weights_size
 
-    assert transformer_shape(resolve_preset("builtin")).layers == weights_layers(WEIGHTS_FILE)
+    assert transformer_shape(resolve_preset("builtin")).layers == weights_size(WEIGHTS_FILE)[0]
     deeper = tmp_path / "deeper.safetensors"  # a grown model's key layout (`train builtin --layers 6`)
     save_file({f"transformer.blocks.{i}.ffn.net.2.bias": torch.zeros(2) for i in range(6)}, str(deeper))
     monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(deeper))
     assert transformer_shape(resolve_preset("builtin")) == replace(BUILTIN_SHAPE, layers=6)
+    wider = tmp_path / "wider.safetensors"  # `train builtin --heads 8`: twice the width and feed-forward
+    save_file({"transformer.blocks.0.ffn.net.2.bias": torch.zeros(256),
+               "transformer.scale_shift_table": torch.zeros(1, 2, 256)}, str(wider))  # fmt: skip
+    monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(wider))
+    assert transformer_shape(resolve_preset("builtin")) == replace(BUILTIN_SHAPE, layers=1, width=256, ffn=1024)
     monkeypatch.setenv("VIDEOGEN_BUILTIN_WEIGHTS", str(tmp_path / "missing.safetensors"))
     assert transformer_shape(resolve_preset("builtin")) == BUILTIN_SHAPE  # seeded random weights: the default
     (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")

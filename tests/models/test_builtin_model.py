@@ -18,8 +18,10 @@ from videogen.models.builtin import (
     WEIGHTS_DIR,  # fmt: skip
     build_fresh,
     grow_layers,
+    grow_width,
     load_weights,
-    weights_layers,
+    transformer_config,
+    weights_size,
 )
 from videogen.training.train import _named_state, export_weights
 
@@ -115,7 +117,7 @@ def test_the_stream_plan_keeps_absolute_frames_while_positions_are_re_indexed():
 @pytest.mark.parametrize("weights", ["builtin.safetensors", "builtin_causal.safetensors"])
 def test_each_shipped_weights_file_loads_every_key(weights):
     path = WEIGHTS_DIR / weights
-    load_weights(*build_fresh(0, weights_layers(path)), path)  # raises on any missing or unexpected key
+    load_weights(*build_fresh(0, *weights_size(path)), path)  # raises on any missing or unexpected key
 
 
 def _save_weights(transformer, encoder, patch_embedding, path) -> None:
@@ -142,8 +144,8 @@ def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_cou
     assert not grown["transformer.blocks.5.ffn.net.2.weight"].any()
     assert torch.equal(grown["transformer.blocks.3.ffn.net.2.weight"], state["transformer.blocks.2.ffn.net.2.weight"])
     export_weights(grown, tmp_path / "grown.safetensors")
-    assert weights_layers(tmp_path / "grown.safetensors") == 6
-    big, big_encoder = build_fresh(0, weights_layers(tmp_path / "grown.safetensors"))
+    assert weights_size(tmp_path / "grown.safetensors") == (6, 4)
+    big, big_encoder = build_fresh(0, *weights_size(tmp_path / "grown.safetensors"))
     load_weights(big, big_encoder, tmp_path / "grown.safetensors")
     x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
     with torch.no_grad():
@@ -155,3 +157,35 @@ def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_cou
         load_weights(*build_fresh(0), tmp_path / "grown.safetensors")
     with pytest.raises(ValueError, match="cannot grow 6 transformer blocks to 5"):
         grow_layers(grown, 5)
+
+
+def test_widened_weights_compute_what_the_original_did_and_load_by_their_width(tmp_path):
+    transformer, encoder = build_fresh(3)
+    state = _named_state(transformer, encoder)
+    wide = grow_width(state, 8, seed=1)
+    export_weights(wide, tmp_path / "wide.safetensors")
+    assert weights_size(tmp_path / "wide.safetensors") == (4, 8)
+    big, big_encoder = build_fresh(0, *weights_size(tmp_path / "wide.safetensors"))
+    assert big.config.num_attention_heads == 8 and big.config.ffn_dim == 2 * TRANSFORMER_CONFIG["ffn_dim"]
+    load_weights(big, big_encoder, tmp_path / "wide.safetensors")
+    x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
+    with torch.no_grad():
+        want = transformer.eval()(x, t, text, return_dict=False)[0]
+        got = big.eval()(x, t, text, return_dict=False)[0]
+    assert want.abs().max() > 0.01
+    # Each widened weight is the original split into shares that sum to it, so the sums differ
+    # from the original's by float32 rounding (~1e-7 of the weights' scale per product) only.
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    # the copies are not copies of each other's weights (their symmetry is broken), yet sum back
+    q = wide["transformer.blocks.0.attn1.to_q.weight"]  # (256, 256): [[a, b], [c, d]], a + b == q
+    old = state["transformer.blocks.0.attn1.to_q.weight"]
+    assert not torch.equal(q[:128, :128], q[128:, :128])
+    torch.testing.assert_close(q[:128, :128] + q[:128, 128:], old, rtol=0, atol=1e-6)
+    # the same seed widens the same way; layers then grow on top
+    assert torch.equal(grow_width(state, 8, seed=1)["transformer.proj_out.weight"], wide["transformer.proj_out.weight"])
+    assert builtin_block_count(grow_layers(wide, 6)) == 6
+    with pytest.raises(ValueError, match="cannot widen 4 attention heads to 6"):
+        grow_width(state, 6)
+    with pytest.raises(RuntimeError, match="size mismatch|do not match"):
+        load_weights(*build_fresh(0), tmp_path / "wide.safetensors")
+    assert transformer_config(None, 8)["num_attention_heads"] == 8

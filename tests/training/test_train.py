@@ -268,14 +268,14 @@ def test_motion_weight_adds_its_term_linearly_and_zero_is_the_plain_loss():
 
 
 def test_a_run_from_fewer_blocks_grows_them_and_starts_from_what_they_computed(tmp_path):
-    from videogen.models.builtin import weights_layers
+    from videogen.models.builtin import weights_size
 
     small = train_builtin(TrainConfig(steps=1, **TINY), tmp_path / "s", output=tmp_path / "s.safetensors",
                           log=lambda m: None)  # fmt: skip
     logs: list[str] = []
     grown = train_builtin(TrainConfig(steps=2, init=str(small), layers=6, **TINY), tmp_path / "g",
                           output=tmp_path / "g.safetensors", log=logs.append)  # fmt: skip
-    assert weights_layers(small) == 4 and weights_layers(grown) == 6
+    assert weights_size(small) == (4, 4) and weights_size(grown) == (6, 4)
     assert any("growing" in m and "4 transformer blocks to 6" in m for m in logs)
     state = load_file(str(grown))
     # the copies trained: their zeroed outputs into the residual stream moved off zero
@@ -283,7 +283,13 @@ def test_a_run_from_fewer_blocks_grows_them_and_starts_from_what_they_computed(t
     # a run resumed from its checkpoint keeps the grown model
     again = train_builtin(TrainConfig(steps=3, init=str(small), layers=6, **TINY), tmp_path / "g",
                           output=tmp_path / "g3.safetensors", log=lambda m: None)  # fmt: skip
-    assert weights_layers(again) == 6
+    assert weights_size(again) == (6, 4)
     with pytest.raises(ValueError, match="hold 6 transformer blocks"):
         train_builtin(TrainConfig(steps=1, init=str(grown), layers=4, **TINY), tmp_path / "x",
                       output=tmp_path / "x.safetensors", log=lambda m: None)  # fmt: skip
+    # widened and grown in one run: twice the heads (and width), and two blocks more
+    logs.clear()
+    both = train_builtin(TrainConfig(steps=1, init=str(small), layers=6, heads=8, **TINY), tmp_path / "w",
+                         output=tmp_path / "w.safetensors", log=logs.append)  # fmt: skip
+    assert weights_size(both) == (6, 8)
+    assert any("widening" in m and "4 attention heads to 8" in m for m in logs)

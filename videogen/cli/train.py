@@ -118,6 +118,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "starting as identities",
     )
     t.add_argument(
+        "--heads",
+        type=int,
+        help="attention heads of 32 features (default: --init's, or 4); a whole multiple of --init's widens it, "
+        "the width and feed-forward with them, starting from what --init computes",
+    )
+    t.add_argument(
         "--clips", type=int, help="decoder: training clips made from the transformer's output (default 3200)"
     )
     t.add_argument("--transformer", help="decoder: the transformer weights whose output it learns (default: shipped)")
@@ -173,6 +179,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-seconds", args.rollout_seconds, "must be in [4, 600]")
     if args.layers is not None and not 1 <= args.layers <= 16:
         raise InvalidOption("--layers", args.layers, "must be in 1..16")
+    if args.heads is not None and not 1 <= args.heads <= 32:
+        raise InvalidOption("--heads", args.heads, "must be in 1..32")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
@@ -181,11 +189,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(**overrides)
     if cfg.init and not Path(cfg.init).is_file():
         raise InvalidOption("--init", cfg.init, "no such weights file")
-    if cfg.init and cfg.layers:
-        from videogen.models.builtin import weights_layers
+    if cfg.init and (cfg.layers or cfg.heads):
+        from videogen.models.builtin import weights_size
 
-        if cfg.layers < (have := weights_layers(cfg.init)):
+        have, heads = weights_size(cfg.init)
+        if cfg.layers and cfg.layers < have:
             raise InvalidOption("--layers", cfg.layers, f"must be >= the {have} transformer blocks --init holds")
+        if cfg.heads and cfg.heads % heads:
+            raise InvalidOption(
+                "--heads", cfg.heads, f"must be a whole multiple of the {heads} attention heads --init holds"
+            )
     default = CAUSAL_WEIGHTS_FILE if cfg.causal_chunk else WEIGHTS_FILE
     out = train_builtin(cfg, args.workdir, output=args.output or default, log=lambda m: print(m, flush=True))
     print(f"videogen: wrote {out}", file=sys.stderr)

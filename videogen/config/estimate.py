@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from videogen.config import environment
-from videogen.config.geometry import ModelGeometry, builtin_block_count, folder_config, safetensors_keys
+from videogen.config.geometry import (
+    ModelGeometry,
+    builtin_block_count,
+    builtin_width,
+    folder_config,
+    safetensors_shapes,
+)
 from videogen.config.presets import Preset
 from videogen.errors import ModelLoadError
 
@@ -61,7 +67,8 @@ class TransformerShape:
 
 # The built-in model (`videogen.models.builtin.TRANSFORMER_CONFIG`: 4 layers, 4 heads x 32, ffn 512,
 # 16-word captions); tests/cli/test_estimate.py checks that the two agree. A weights file trained
-# deeper (`videogen train builtin --layers`) has as many layers as it holds blocks.
+# deeper or wider (`videogen train builtin --layers`, `--heads`) has as many layers as it holds
+# blocks, its own width, and a feed-forward 4x that width.
 BUILTIN_SHAPE = TransformerShape(layers=4, width=128, ffn=512, text_tokens=16)
 
 
@@ -72,15 +79,18 @@ def transformer_shape(preset: Preset) -> TransformerShape:
         path = environment.builtin_weights(preset.weights, preset.name)
         if not path.is_file():  # the model runs on seeded random weights of the default depth
             return BUILTIN_SHAPE
-        return replace(BUILTIN_SHAPE, layers=_builtin_layers(str(path), path.stat().st_mtime_ns))
+        return _builtin_shape(str(path), path.stat().st_mtime_ns)
     if preset.path is None:
         raise ModelLoadError(f"preset {preset.name!r} names no model folder")
     return _folder_shape(str(preset.path))
 
 
 @lru_cache(maxsize=32)
-def _builtin_layers(path: str, mtime_ns: int) -> int:
-    return builtin_block_count(safetensors_keys(path)) or BUILTIN_SHAPE.layers
+def _builtin_shape(path: str, mtime_ns: int) -> TransformerShape:
+    shapes = safetensors_shapes(path)
+    width = builtin_width(shapes) or BUILTIN_SHAPE.width
+    layers = builtin_block_count(shapes) or BUILTIN_SHAPE.layers
+    return replace(BUILTIN_SHAPE, layers=layers, width=width, ffn=BUILTIN_SHAPE.ffn * width // BUILTIN_SHAPE.width)
 
 
 @lru_cache(maxsize=32)

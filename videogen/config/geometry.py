@@ -81,9 +81,9 @@ def folder_config(folder: str, part: str) -> dict[str, Any]:
     return config
 
 
-def safetensors_keys(path: str | Path) -> list[str]:
-    """The tensor names in a .safetensors file, from its header alone (no tensor is read, no torch).
-    ModelLoadError naming the file when it is not one."""
+def safetensors_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in a .safetensors file by name, from its header alone (no tensor is
+    read, no torch). ModelLoadError naming the file when it is not one."""
     try:
         with open(path, "rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
@@ -92,9 +92,10 @@ def safetensors_keys(path: str | Path) -> list[str]:
             header = json.loads(f.read(size))
         if not isinstance(header, dict):
             raise ValueError("its header is not a JSON object")
-    except (OSError, ValueError, struct.error) as exc:
+        shapes = {k: tuple(int(n) for n in v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, TypeError, KeyError, struct.error) as exc:
         raise ModelLoadError(f"cannot read {str(path)!r} as safetensors: {exc}") from None
-    return [k for k in header if k != "__metadata__"]
+    return shapes
 
 
 def builtin_block_count(keys) -> int | None:
@@ -102,6 +103,13 @@ def builtin_block_count(keys) -> int | None:
     None: none."""
     blocks = {int(k.split(".")[2]) for k in keys if k.startswith("transformer.blocks.")}
     return max(blocks) + 1 if blocks else None
+
+
+def builtin_width(shapes) -> int | None:
+    """The residual width of a built-in weights state (`name -> shape`: its output table's last
+    axis); None: no such table."""
+    shape = shapes.get("transformer.scale_shift_table")
+    return int(shape[-1]) if shape is not None else None
 
 
 @lru_cache(maxsize=32)

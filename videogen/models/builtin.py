@@ -23,7 +23,7 @@ from einops import rearrange, repeat
 from torch import nn
 
 from videogen.config import environment
-from videogen.config.geometry import BUILTIN_GEOMETRY, builtin_block_count, safetensors_keys
+from videogen.config.geometry import BUILTIN_GEOMETRY, builtin_block_count, builtin_width, safetensors_shapes
 from videogen.models.codec import PixelCodec
 from videogen.models.text import VocabPromptEncoder
 
@@ -49,7 +49,7 @@ LAYOUT_CHANNELS = LAYOUT_SLOTS * LAYOUT_SUBFRAMES * len(LAYOUT_HARMONICS) * 4
 TRANSFORMER_CONFIG = dict(
     patch_size=BUILTIN_GEOMETRY.patch_size,
     num_attention_heads=4,
-    attention_head_dim=32,
+    attention_head_dim=32,  # HEAD_DIM
     # 192 pixel channels + x, y, t position channels (`position_channels`) + the caption's moving
     # coordinate frames (`MotionLayout`)
     in_channels=192 + 3 + LAYOUT_CHANNELS,
@@ -63,6 +63,8 @@ TRANSFORMER_CONFIG = dict(
     eps=1e-6,
     rope_max_seq_len=1024,
 )
+HEAD_DIM = 32  # a wider model (`--heads`) has more heads of this size, and a feed-forward 4x its width
+FFN_PER_HEAD = 128
 
 
 def position_channels(latents: torch.Tensor, frames: list[int] | torch.Tensor | None = None) -> torch.Tensor:
@@ -198,14 +200,15 @@ class BuiltinPromptEncoder(VocabPromptEncoder):
         return torch.cat([latents, position_channels(latents, frames), layout], dim=1)
 
 
-def build_fresh(init_seed: int = 0, layers: int | None = None):
+def build_fresh(init_seed: int = 0, layers: int | None = None, heads: int | None = None):
     """(transformer, prompt_encoder) with a seeded random initialisation: the start of training.
-    `layers`: transformer blocks (default `TRANSFORMER_CONFIG`'s; a weights file's: `weights_layers`)."""
+    `layers`, `heads`: transformer blocks and attention heads (default `TRANSFORMER_CONFIG`'s; a
+    weights file's: `weights_size`)."""
     from diffusers import WanTransformer3DModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        transformer = WanTransformer3DModel(**transformer_config(layers))
+        transformer = WanTransformer3DModel(**transformer_config(layers, heads))
         encoder = BuiltinPromptEncoder()
         torch.nn.init.normal_(encoder.pos, std=0.02)
     return transformer, encoder
@@ -217,7 +220,7 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     `variant` names the preset ("builtin", "builtin-causal"), `weights` its file in `weights/`,
     `decoder` the codec's temporal decoder's file there (None: none; missing: none, with a warning)."""
     path = weights_file(variant, weights)
-    transformer, encoder = build_fresh(init_seed, weights_layers(path) if path.is_file() else None)
+    transformer, encoder = build_fresh(init_seed, *(weights_size(path) if path.is_file() else ()))
     if path.is_file():
         load_weights(transformer, encoder, path)
     else:
@@ -242,14 +245,29 @@ def build_builtin(init_seed: int = 0, variant: str = "builtin", weights: str = "
     return transformer, codec, encoder
 
 
-def transformer_config(layers: int | None = None) -> dict:
-    """`TRANSFORMER_CONFIG` with `layers` transformer blocks (None: its own 4)."""
-    return TRANSFORMER_CONFIG if layers is None else {**TRANSFORMER_CONFIG, "num_layers": int(layers)}
+def transformer_config(layers: int | None = None, heads: int | None = None) -> dict:
+    """`TRANSFORMER_CONFIG` with `layers` transformer blocks and `heads` attention heads of its
+    head size, the feed-forward 4x the width (None: its own 4 and 4)."""
+    config = dict(TRANSFORMER_CONFIG)
+    if layers is not None:
+        config["num_layers"] = int(layers)
+    if heads is not None:
+        config["num_attention_heads"] = int(heads)
+        config["ffn_dim"] = FFN_PER_HEAD * int(heads)
+    return config
 
 
-def weights_layers(path) -> int:
-    """How many transformer blocks a built-in weights file holds (its `transformer.blocks.N.*` keys)."""
-    return builtin_block_count(safetensors_keys(path)) or int(TRANSFORMER_CONFIG["num_layers"])
+def weights_size(path) -> tuple[int, int]:
+    """(transformer blocks, attention heads) of a built-in weights file, from its header: its
+    `transformer.blocks.N.*` keys and its width."""
+    return state_size(safetensors_shapes(path))
+
+
+def state_size(shapes) -> tuple[int, int]:
+    """`weights_size` of a state's `name -> shape`."""
+    width = builtin_width(shapes)
+    heads = width // HEAD_DIM if width else TRANSFORMER_CONFIG["num_attention_heads"]
+    return builtin_block_count(shapes) or int(TRANSFORMER_CONFIG["num_layers"]), int(heads)
 
 
 # A block's outputs into the residual stream: self-attention, cross-attention, feed-forward.
@@ -279,6 +297,53 @@ def grow_layers(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.
                 rest = k[len(f"{head}{src}.") :]
                 zero = fresh and rest.startswith(_BLOCK_OUTPUTS)
                 out[f"{head}{dest}.{rest}"] = torch.zeros_like(v) if zero else v.clone()
+    return out
+
+
+def grow_width(state: dict[str, torch.Tensor], heads: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """`state` (a built-in weights state) with `heads` attention heads, a whole multiple k of its
+    own, and the width and feed-forward k times theirs (Net2WiderNet, Chen et al. 2016): every
+    unit of the residual stream and of the feed-forward is copied k times, so the wider model
+    carries k copies of what the original computes, heads included, and each weight reading a
+    copied unit is split over its k copies. LayerNorm and RMSNorm see the same mean and spread in
+    k copies, so the wider model computes what the original did (to rounding). The split is
+    random per weight (shares of U(0.5, 1.5), normalised; seeded by `seed`), which breaks the
+    copies' symmetry: with an even split they would get the same gradients and stay copies."""
+    have = state_size({k: tuple(v.shape) for k, v in state.items()})[1]
+    if heads < have or heads % have:
+        raise ValueError(f"cannot widen {have} attention heads to {heads}: give a whole multiple of {have}")
+    k = heads // have
+    if k == 1:
+        return dict(state)
+    g = torch.Generator().manual_seed(seed)
+
+    def rows(w: torch.Tensor, groups: int = 1) -> torch.Tensor:  # k copies of each output unit
+        grouped = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+        return torch.cat([grouped] * k, dim=1).reshape(-1, *w.shape[1:])
+
+    def split(w: torch.Tensor) -> torch.Tensor:  # each input weight shared out over its k copies
+        shares = torch.rand((k, *w.shape), generator=g, dtype=torch.float64) + 0.5
+        shares = shares / shares.sum(0)
+        return torch.cat([(w.double() * s).to(w.dtype) for s in shares], dim=1)
+
+    out = {}
+    for name, v in state.items():
+        if not name.startswith("transformer."):
+            out[name] = v.clone()
+        elif name.endswith("scale_shift_table"):  # (1, n, width)
+            out[name] = torch.cat([v] * k, dim=-1)
+        elif name.endswith("time_proj.weight"):  # six modulation vectors of the width, from the width
+            out[name] = split(rows(v, 6))
+        elif name.endswith("time_proj.bias"):
+            out[name] = rows(v, 6)
+        elif name.endswith("proj_out.weight"):  # pixels from the width
+            out[name] = split(v)
+        elif name.endswith("proj_out.bias"):
+            out[name] = v.clone()
+        elif name.endswith(("patch_embedding.weight", "embedder.linear_1.weight")) or v.dim() == 1:
+            out[name] = rows(v)  # the width from pixels, a timestep or a caption; biases, norms
+        else:  # the width (or the feed-forward) from the width (or the feed-forward)
+            out[name] = split(rows(v))
     return out
 
 

@@ -71,6 +71,11 @@ class TrainConfig:
     # (`videogen.models.builtin.grow_layers`: copies of its blocks added as identities, so training
     # starts from exactly what `init` computes).
     layers: int = 0
+    # Attention heads (of 32 features each; the width and feed-forward follow). 0: the `init` file's
+    # (or 4 from scratch). A whole multiple of what `init` holds widens it
+    # (`videogen.models.builtin.grow_width`: its units copied, so training starts from what `init`
+    # computes).
+    heads: int = 0
     # "muon": Muon (`videogen.training.optim`) for the hidden weight matrices, AdamW for embeddings,
     # the input and output layers, norms, biases and tables; "adamw": AdamW for everything. Muon at
     # 2e-3 reaches a lower held-out x0 error than AdamW at 1e-3 (0.029 vs 0.040 after 1,500 steps,

@@ -45,13 +45,13 @@ def make_pairs(cfg: DecoderConfig, n: int, seed: int) -> tuple[np.ndarray, np.nd
     """(model, truth, captions): uint8 (n, FRAMES, SIZE, SIZE, 3) each; the transformer's one-step
     clean prediction of `n` random scene clips (any motion, one or two objects, anywhere on the
     clock), the clips, and their captions."""
-    from videogen.models.builtin import WEIGHTS_FILE, build_fresh, load_weights, weights_layers
+    from videogen.models.builtin import WEIGHTS_FILE, build_fresh, load_weights, weights_size
     from videogen.models.codec import PixelCodec, uint8_to_video, video_to_uint8
     from videogen.training.loss import predict_clean
     from videogen.training.scenes import random_scene, render_scene
 
     path = cfg.weights or WEIGHTS_FILE
-    transformer, encoder = build_fresh(0, weights_layers(path))
+    transformer, encoder = build_fresh(0, *weights_size(path))
     load_weights(transformer, encoder, path)
     transformer.eval()
     codec = PixelCodec()

@@ -26,16 +26,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from videogen.config.geometry import builtin_block_count
 from videogen.errors import InvalidOption
 from videogen.models.builtin import (
     WEIGHTS_FILE,
     build_fresh,
     grow_layers,
+    grow_width,
     load_state,
     load_weights,
+    state_size,
     transformer_config,
-    weights_layers,
+    weights_size,
 )
 from videogen.models.codec import PixelCodec
 from videogen.training.config import TrainConfig
@@ -76,10 +77,11 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
         preset = "builtin-causal" if cfg.causal_chunk else "builtin"  # the causal variant's pool is its own streams
         model = load_model(preset, device="cpu", dtype="float32", attention="dense")
         if cfg.init:  # the pool is the weights being fine-tuned's own output
-            if (layers := weights_layers(cfg.init)) != len(model.transformer.blocks):  # a grown model
+            size = weights_size(cfg.init)
+            if size != (len(model.transformer.blocks), model.transformer.config.num_attention_heads):  # grown, widened
                 from videogen.attention.processor import install_attention
 
-                model.transformer = build_fresh(cfg.seed, layers)[0].eval()
+                model.transformer = build_fresh(cfg.seed, *size)[0].eval()
                 model.attention = install_attention(model, "dense")
             load_weights(model.transformer, model.prompt_encoder, cfg.init)
         if cfg.rollout_anchor is not None and not cfg.causal_chunk:  # ... rendered as those weights are rendered
@@ -96,20 +98,24 @@ def _rollout_pool(cfg: TrainConfig, log: Callable[[str], None]) -> RolloutPool |
 
 
 def _initial_model(cfg: TrainConfig, log: Callable[[str], None]):
-    """(transformer, encoder) to train: fresh, or `cfg.init`'s weights, grown to `cfg.layers` blocks."""
+    """(transformer, encoder) to train: fresh, or `cfg.init`'s weights, widened to `cfg.heads`
+    attention heads and grown to `cfg.layers` blocks."""
     if not cfg.init:
-        return build_fresh(cfg.seed, cfg.layers or None)
+        return build_fresh(cfg.seed, cfg.layers or None, cfg.heads or None)
     from safetensors.torch import load_file
 
     state = load_file(cfg.init)
-    have = weights_layers(cfg.init)
-    layers = cfg.layers or have
+    have, have_heads = weights_size(cfg.init)
+    layers, heads = cfg.layers or have, cfg.heads or have_heads
     if layers < have:
         raise ValueError(f"layers {layers}: the init weights {cfg.init} hold {have} transformer blocks")
+    if heads != have_heads:
+        log(f"init: widening {cfg.init}'s {have_heads} attention heads to {heads}")
+        state = grow_width(state, heads, cfg.seed)
     if layers > have:
         log(f"init: growing {cfg.init}'s {have} transformer blocks to {layers}")
         state = grow_layers(state, layers)
-    transformer, encoder = build_fresh(cfg.seed, layers)
+    transformer, encoder = build_fresh(cfg.seed, layers, heads)
     load_state(transformer, encoder, state, cfg.init)
     return transformer, encoder
 
@@ -252,6 +258,6 @@ def export_weights(state: dict[str, torch.Tensor], output: str | os.PathLike) ->
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
     save_file({k: v.detach().float().contiguous() for k, v in state.items()}, str(tmp),
-              metadata={"config": repr(transformer_config(builtin_block_count(state)))})  # fmt: skip
+              metadata={"config": repr(transformer_config(*state_size({k: v.shape for k, v in state.items()})))})  # fmt: skip
     os.replace(tmp, output)
     return output
