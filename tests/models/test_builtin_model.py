@@ -133,6 +133,20 @@ def test_weights_with_an_unknown_input_width_are_refused(tmp_path):
         load_weights(*build_fresh(0), tmp_path / "odd.safetensors")
 
 
+def _reloaded_outputs(transformer, state, path):
+    """(model, original output, its output): `state` written to `path`, loaded into a model of the
+    size its header gives, and both run on one random input."""
+    export_weights(state, path)
+    big, big_encoder = build_fresh(0, *weights_size(path))
+    load_weights(big, big_encoder, path)
+    x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
+    with torch.no_grad():
+        want = transformer.eval()(x, t, text, return_dict=False)[0]
+        got = big.eval()(x, t, text, return_dict=False)[0]
+    assert want.abs().max() > 0.01
+    return big, want, got
+
+
 def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_count(tmp_path):
     transformer, encoder = build_fresh(3)
     state = _named_state(transformer, encoder)
@@ -143,15 +157,8 @@ def test_grown_weights_compute_what_the_original_did_and_load_by_their_block_cou
     assert torch.equal(grown["transformer.blocks.4.attn1.to_q.weight"], state["transformer.blocks.3.attn1.to_q.weight"])
     assert not grown["transformer.blocks.5.ffn.net.2.weight"].any()
     assert torch.equal(grown["transformer.blocks.3.ffn.net.2.weight"], state["transformer.blocks.2.ffn.net.2.weight"])
-    export_weights(grown, tmp_path / "grown.safetensors")
-    assert weights_size(tmp_path / "grown.safetensors") == (6, 4)
-    big, big_encoder = build_fresh(0, *weights_size(tmp_path / "grown.safetensors"))
-    load_weights(big, big_encoder, tmp_path / "grown.safetensors")
-    x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
-    with torch.no_grad():
-        want = transformer.eval()(x, t, text, return_dict=False)[0]
-        got = big.eval()(x, t, text, return_dict=False)[0]
-    assert want.abs().max() > 0.01
+    big, want, got = _reloaded_outputs(transformer, grown, tmp_path / "grown.safetensors")
+    assert weights_size(tmp_path / "grown.safetensors") == (6, 4) and len(big.blocks) == 6
     assert torch.equal(got, want)  # the new blocks are exact identities
     with pytest.raises(RuntimeError, match="holds 6 transformer blocks; the model has 4"):
         load_weights(*build_fresh(0), tmp_path / "grown.safetensors")
@@ -163,16 +170,9 @@ def test_widened_weights_compute_what_the_original_did_and_load_by_their_width(t
     transformer, encoder = build_fresh(3)
     state = _named_state(transformer, encoder)
     wide = grow_width(state, 8, seed=1)
-    export_weights(wide, tmp_path / "wide.safetensors")
+    big, want, got = _reloaded_outputs(transformer, wide, tmp_path / "wide.safetensors")
     assert weights_size(tmp_path / "wide.safetensors") == (4, 8)
-    big, big_encoder = build_fresh(0, *weights_size(tmp_path / "wide.safetensors"))
     assert big.config.num_attention_heads == 8 and big.config.ffn_dim == 2 * TRANSFORMER_CONFIG["ffn_dim"]
-    load_weights(big, big_encoder, tmp_path / "wide.safetensors")
-    x, t, text = torch.randn(1, 323, 3, 4, 4), torch.tensor([700]), torch.randn(1, 16, 64)
-    with torch.no_grad():
-        want = transformer.eval()(x, t, text, return_dict=False)[0]
-        got = big.eval()(x, t, text, return_dict=False)[0]
-    assert want.abs().max() > 0.01
     # Each widened weight is the original split into shares that sum to it, so the sums differ
     # from the original's by float32 rounding (~1e-7 of the weights' scale per product) only.
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
