@@ -46,25 +46,25 @@ LAYOUT_HARMONICS = (1, 2, 4, 8)
 LAYOUT_SUBFRAMES = 4  # a latent frame's 4 video frames, each with its own phase (no 4 Hz stutter)
 # per slot and sub-frame: sin/cos of each harmonic of the moving x and y phase
 LAYOUT_CHANNELS = LAYOUT_SLOTS * LAYOUT_SUBFRAMES * len(LAYOUT_HARMONICS) * 4
+HEAD_DIM = 32  # a wider model (`--heads`) has more heads of this size, and a feed-forward 4x its width
+FFN_PER_HEAD = 4 * HEAD_DIM
 TRANSFORMER_CONFIG = dict(
     patch_size=BUILTIN_GEOMETRY.patch_size,
     num_attention_heads=4,
-    attention_head_dim=32,  # HEAD_DIM
+    attention_head_dim=HEAD_DIM,
     # 192 pixel channels + x, y, t position channels (`position_channels`) + the caption's moving
     # coordinate frames (`MotionLayout`)
     in_channels=192 + 3 + LAYOUT_CHANNELS,
     out_channels=192,
     text_dim=TEXT_DIM,
     freq_dim=64,
-    ffn_dim=512,
+    ffn_dim=4 * FFN_PER_HEAD,  # for its 4 heads
     num_layers=4,
     cross_attn_norm=True,
     qk_norm="rms_norm_across_heads",
     eps=1e-6,
     rope_max_seq_len=1024,
 )
-HEAD_DIM = 32  # a wider model (`--heads`) has more heads of this size, and a feed-forward 4x its width
-FFN_PER_HEAD = 128
 
 
 def position_channels(latents: torch.Tensor, frames: list[int] | torch.Tensor | None = None) -> torch.Tensor:
@@ -260,11 +260,15 @@ def transformer_config(layers: int | None = None, heads: int | None = None) -> d
 def weights_size(path) -> tuple[int, int]:
     """(transformer blocks, attention heads) of a built-in weights file, from its header: its
     `transformer.blocks.N.*` keys and its width."""
-    return state_size(safetensors_shapes(path))
+    return _size(safetensors_shapes(path))
 
 
-def state_size(shapes) -> tuple[int, int]:
-    """`weights_size` of a state's `name -> shape`."""
+def state_size(state: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """`weights_size` of a weights state in memory."""
+    return _size({k: tuple(v.shape) for k, v in state.items()})
+
+
+def _size(shapes: dict[str, tuple[int, ...]]) -> tuple[int, int]:
     width = builtin_width(shapes)
     heads = width // HEAD_DIM if width else TRANSFORMER_CONFIG["num_attention_heads"]
     return builtin_block_count(shapes) or int(TRANSFORMER_CONFIG["num_layers"]), int(heads)
@@ -309,7 +313,7 @@ def grow_width(state: dict[str, torch.Tensor], heads: int, seed: int = 0) -> dic
     k copies, so the wider model computes what the original did (to rounding). The split is
     random per weight (shares of U(0.5, 1.5), normalised; seeded by `seed`), which breaks the
     copies' symmetry: with an even split they would get the same gradients and stay copies."""
-    have = state_size({k: tuple(v.shape) for k, v in state.items()})[1]
+    have = state_size(state)[1]
     if heads < have or heads % have:
         raise ValueError(f"cannot widen {have} attention heads to {heads}: give a whole multiple of {have}")
     k = heads // have

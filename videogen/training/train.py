@@ -258,6 +258,6 @@ def export_weights(state: dict[str, torch.Tensor], output: str | os.PathLike) ->
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
     save_file({k: v.detach().float().contiguous() for k, v in state.items()}, str(tmp),
-              metadata={"config": repr(transformer_config(*state_size({k: v.shape for k, v in state.items()})))})  # fmt: skip
+              metadata={"config": repr(transformer_config(*state_size(state)))})  # fmt: skip
     os.replace(tmp, output)
     return output
