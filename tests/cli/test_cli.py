@@ -116,6 +116,8 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--anchor-frac", "-0.1"], "--anchor-frac=-0.1"),
         (["--rollout-anchor", "9"], "--rollout-anchor=9"),
         (["--rollout-two-objects", "1.2"], "--rollout-two-objects=1.2"),
+        (["--two-objects", "1.5"], "--two-objects=1.5"),
+        (["--lost-object", "-0.2"], "--lost-object=-0.2"),
         (["--layers", "0"], "--layers=0: must be in 1..16"),
         (
             ["--layers", "3", "--init", str(WEIGHTS_FILE)],

@@ -8,6 +8,7 @@ from videogen.errors import InvalidOption
 from videogen.models.codec import PixelCodec
 from videogen.training.config import TrainConfig
 from videogen.training.data import make_batch
+from videogen.training.scenes import PALETTE
 from videogen.training.train import budget_steps, train_builtin
 
 TINY = dict(latent_frames=(5,), batch_tokens=320, warmup=2, checkpoint_every=2, lr=1e-3, compile=False)
@@ -189,6 +190,55 @@ def test_fresh_clips_spend_the_layout_fraction_at_near_pure_noise():
     plain = TrainConfig(layout_frac=0.0)
     s0 = torch.cat([fresh_sigma(plain, g) for _ in range(4000)])
     assert abs(float((s0 >= 0.85).float().mean()) - 0.346) < 0.03
+
+
+def test_two_objects_sets_the_share_of_two_object_scenes_and_the_default_keeps_the_recipes_draws():
+    import random
+
+    from videogen.training.scenes import random_scene
+
+    def share(two: float | None) -> float:
+        rng = random.Random(3)
+        kw = {} if two is None else {"two_objects": two}
+        return sum(len(random_scene(rng, **kw).objects) == 2 for _ in range(3000)) / 3000
+
+    assert abs(share(None) - 0.3) < 0.03 and abs(share(0.6) - 0.6) < 0.03
+    assert share(0.0) == 0.0 and share(1.0) == 1.0
+    # the default is the shipped recipes' draw: a second object when the first draw is >= 0.7
+    for seed in range(300):
+        assert len(random_scene(random.Random(seed)).objects) == (1 if random.Random(seed).random() < 0.7 else 2)
+    cfg = TrainConfig(**TINY, two_objects=1.0)
+    assert all(" and " in c for c in make_batch(cfg, 3, PixelCodec()).captions if c)
+
+
+def test_a_lost_object_leaves_only_the_context_frames_and_the_draws_stay_as_they_were():
+    import random
+
+    import numpy as np
+
+    from videogen.training.data import without_one_object
+    from videogen.training.scenes import colour_mask, random_scene, render_scene
+
+    rng = random.Random(0)
+    while len((scene := random_scene(rng, two_objects=1.0)).objects) != 2:
+        pass
+    clip = render_scene(scene, 9, 64, start=40.0)
+    out = without_one_object(clip, scene, torch.tensor([True, True, False]), 0, 40.0, 64)
+    gone, kept = (PALETTE[o.colour] for o in scene.objects)
+    assert colour_mask(out[:5], gone).sum() == 0 and (colour_mask(out[:5], kept).sum((1, 2)) > 50).all()
+    assert np.array_equal(out[5:], clip[5:]) and (colour_mask(out[5:], gone).sum((1, 2)) > 50).all()
+
+    # In a batch: the same noise levels, captions and noise; only context frames change, and some do.
+    base = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0)
+    lost = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0)
+    changed = 0
+    for step in range(4):
+        a, b = make_batch(base, step, PixelCodec()), make_batch(lost, step, PixelCodec())
+        assert torch.equal(a.sigmas, b.sigmas) and a.captions == b.captions and torch.equal(a.noise, b.noise)
+        diff = (a.latents - b.latents).abs().amax(dim=(1, 3, 4))  # (B, F)
+        assert (diff[~a.context] == 0).all()
+        changed += int((diff[a.context] > 0).sum())
+    assert changed > 0
 
 
 def test_the_v_loss_weight_is_capped_by_v_floor():

@@ -110,6 +110,19 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="share of a new pool's captions with two objects (default: the training mix's, ~0.3)",
     )
+    t.add_argument(
+        "--two-objects",
+        dest="two_objects",
+        type=float,
+        help="share of training scenes with two objects (default 0.3)",
+    )
+    t.add_argument(
+        "--lost-object",
+        dest="lost_object",
+        type=float,
+        help="share of clips with clean context whose context lacks one of their objects, which the frames "
+        "after it still show (default 0: off)",
+    )
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument(
         "--layers",
@@ -175,6 +188,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-chains", args.rollout_chains, "must be >= 1")
     if args.rollout_two_objects is not None and not 0 <= args.rollout_two_objects <= 1:
         raise InvalidOption("--rollout-two-objects", args.rollout_two_objects, "must be in [0, 1]")
+    if args.lost_object is not None and not 0 <= args.lost_object <= 1:
+        raise InvalidOption("--lost-object", args.lost_object, "must be in [0, 1]")
+    if args.two_objects is not None and not 0 <= args.two_objects <= 1:
+        raise InvalidOption("--two-objects", args.two_objects, "must be in [0, 1]")
     if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:
         raise InvalidOption("--rollout-seconds", args.rollout_seconds, "must be in [4, 600]")
     if args.layers is not None and not 1 <= args.layers <= 16:

@@ -66,6 +66,15 @@ class TrainConfig:
     rollout_anchor: int | None = None
     # The share of a new pool's captions with two objects (None: the training mix's, ~30%).
     rollout_two_objects: float | None = None
+    # Lost objects: this share of the clips with clean context frames (a continuation's prefix, the
+    # causal variant's clean chunks) show one of their objects (drawn at random) only outside that
+    # context: the prefix lacks it, the frames the loss sees still hold it, where the scene puts it.
+    # A chain that lost an object at one seam otherwise keeps it lost at every later one (docs/
+    # builtin-model.md, "Known limits"); this shows the model the caption winning over the context.
+    # 0: off (the shipped recipes).
+    lost_object: float = 0.0
+    # The share of training scenes with two objects (`scenes.random_scene`; 0.3: the shipped recipes').
+    two_objects: float = 0.3
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # Transformer blocks. 0: the `init` file's (or 4 from scratch). More than `init` holds grows it
     # (`videogen.models.builtin.grow_layers`: copies of its blocks added as identities, so training

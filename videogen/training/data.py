@@ -118,18 +118,26 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     positions = torch.arange(frames_lat, dtype=torch.float64).repeat(batch, 1) if cfg.anchor_frac > 0 else None
     # anchors draw from their own stream: the base recipe's draws stay as they were
     ra = random.Random(cfg.seed * 1_000_003 + step + 4_000_000_007)
+    rl = random.Random(cfg.seed * 1_000_003 + step + 8_000_000_011)  # lost objects: their own stream too
     for b in range(batch):
         sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
-        scene, start, clock_offset = _place_scene(random_scene(rng), bool(sigmas[b, 0] > 0), rng)
+        scene = random_scene(rng, two_objects=cfg.two_objects)
+        scene, start, clock_offset = _place_scene(scene, bool(sigmas[b, 0] > 0), rng)
         frames[b] += clock_offset
         clip = render_scene(scene, num_frames, cfg.size, start=start)
+        caption = "" if rng.random() < cfg.caption_dropout else scene.caption()
+        # Before anchoring (an anchored clip's anchor frame still shows every object); only under a
+        # caption, which alone says what the context lost.
+        lost = caption and cfg.lost_object > 0 and bool((sigmas[b] == 0).any()) and rl.random() < cfg.lost_object
+        if lost:
+            clip = without_one_object(clip, scene, sigmas[b] == 0, rl.randrange(len(scene.objects)), start, cfg.size)
         if positions is not None and frames_lat > 2 and not cfg.causal_chunk and bool((sigmas[b, :2] == 0).all()):
             on_clock = clock_offset == start / 4 and start >= 4  # a chained render's continuation
             if on_clock and ra.random() < cfg.anchor_frac:
                 clip, frames[b, 0] = anchored(clip, scene, ra.randint(1, min(ANCHOR_LATEST, int(start // 4))), cfg.size)
                 positions[b, 0] = SINK_POSITION
         clips.append(clip)
-        captions.append("" if rng.random() < cfg.caption_dropout else scene.caption())
+        captions.append(caption)
     video = torch.cat([uint8_to_video(c) for c in clips])  # (B, 3, T, H, W)
     latents = codec.encode(video)
     noise = torch.randn(latents.shape, generator=g)
@@ -140,6 +148,20 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
         noisy = context & (torch.rand(batch, 1, generator=gc) < 0.5)
         sigmas = torch.where(noisy, level.expand_as(sigmas), sigmas)
     return Batch(latents, sigmas, noise, captions, frames, context, positions)
+
+
+def without_one_object(clip, scene: Scene, context: torch.Tensor, drop: int, start: float, size: int):
+    """`clip` (uint8 (T, H, W, 3), frames `start..` of `scene`) with object `drop` removed from the
+    pixel frames of its `context` latent frames ((F,) bool; latent frame 0 is frame 0, latent
+    frame j >= 1 frames 4j-3..4j), as the scene without that object draws them."""
+    rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != drop), scene.background, scene.lighting)
+    bare = render_scene(rest, len(clip), size, start=start)
+    pixel = torch.zeros(len(clip), dtype=torch.bool)
+    for j in torch.nonzero(context).flatten().tolist():
+        pixel[0 if j == 0 else 4 * j - 3 : 4 * j + 1] = True
+    out = clip.copy()
+    out[pixel.numpy()] = bare[pixel.numpy()]
+    return out
 
 
 # Anchors come from a shot's first segment (9 latent frames), before the frames it blends into the

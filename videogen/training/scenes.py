@@ -86,9 +86,15 @@ class Scene:
         return text
 
 
-def random_scene(rng: random.Random, *, held_out: str = "exclude", max_objects: int = 2) -> Scene:
-    """`held_out`: "exclude" (training), "only" (unseen combinations), "any"."""
-    n = 1 if max_objects == 1 or rng.random() < 0.7 else 2
+TWO_OBJECTS = 0.3  # the share of two-object scenes in training's mix
+
+
+def random_scene(
+    rng: random.Random, *, held_out: str = "exclude", max_objects: int = 2, two_objects: float = TWO_OBJECTS
+) -> Scene:
+    """`held_out`: "exclude" (training), "only" (unseen combinations), "any". `two_objects`: the
+    chance of a second object (when `max_objects` allows one)."""
+    n = 1 if max_objects == 1 or rng.random() < 1.0 - two_objects else 2
     background = rng.choice(list(BACKGROUNDS))
     objects: list[SceneObject] = []
     for _ in range(n):
