@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from videogen.training.scenes import TWO_OBJECTS
+
 
 @dataclass
 class TrainConfig:
@@ -73,8 +75,8 @@ class TrainConfig:
     # builtin-model.md, "Known limits"); this shows the model the caption winning over the context.
     # 0: off (the shipped recipes).
     lost_object: float = 0.0
-    # The share of training scenes with two objects (`scenes.random_scene`; 0.3: the shipped recipes').
-    two_objects: float = 0.3
+    # The share of training scenes with two objects (`scenes.random_scene`; the shipped recipes' 0.3).
+    two_objects: float = TWO_OBJECTS
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)
     # Transformer blocks. 0: the `init` file's (or 4 from scratch). More than `init` holds grows it
     # (`videogen.models.builtin.grow_layers`: copies of its blocks added as identities, so training

@@ -156,11 +156,10 @@ def without_one_object(clip, scene: Scene, context: torch.Tensor, drop: int, sta
     frame j >= 1 frames 4j-3..4j), as the scene without that object draws them."""
     rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != drop), scene.background, scene.lighting)
     bare = render_scene(rest, len(clip), size, start=start)
-    pixel = torch.zeros(len(clip), dtype=torch.bool)
-    for j in torch.nonzero(context).flatten().tolist():
-        pixel[0 if j == 0 else 4 * j - 3 : 4 * j + 1] = True
     out = clip.copy()
-    out[pixel.numpy()] = bare[pixel.numpy()]
+    for j in torch.nonzero(context).flatten().tolist():
+        frames = slice(0 if j == 0 else 4 * j - 3, 4 * j + 1)
+        out[frames] = bare[frames]
     return out
 
 
