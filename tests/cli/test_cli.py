@@ -118,6 +118,7 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--rollout-two-objects", "1.2"], "--rollout-two-objects=1.2"),
         (["--two-objects", "1.5"], "--two-objects=1.5"),
         (["--lost-object", "-0.2"], "--lost-object=-0.2"),
+        (["--broken-object", "2"], "--broken-object=2.0"),
         (["--layers", "0"], "--layers=0: must be in 1..16"),
         (
             ["--layers", "3", "--init", str(WEIGHTS_FILE)],

@@ -241,6 +241,52 @@ def test_a_lost_object_leaves_only_the_context_frames_and_the_draws_stay_as_they
     assert changed > 0
 
 
+def test_a_broken_object_is_cut_or_leaves_a_piece_in_the_context_frames_only():
+    import random
+
+    import numpy as np
+
+    from videogen.training.data import with_a_broken_object
+    from videogen.training.scenes import Scene, SceneObject, colour_mask, render_scene
+
+    # one red circle moving right on black: every pixel of its colour is the object
+    scene = Scene((SceneObject("red", "circle", "right", 0.5, 0.5),), "black")
+    clip = render_scene(scene, 9, 64, start=40.0)
+    context = torch.tensor([True, True, False])
+    whole = colour_mask(clip[:5], PALETTE["red"]).sum((1, 2))
+    kinds = set()
+    for seed in range(12):
+        out = with_a_broken_object(clip, scene, context, 0, 40.0, 64, random.Random(seed))
+        assert np.array_equal(out[5:], clip[5:])  # the frames the loss sees: the scene as it is
+        red = colour_mask(out[:5], PALETTE["red"]).sum((1, 2))
+        if (red < whole).all():  # cut: 20-80% of it left, the rest drawn as background
+            assert (red > 0.15 * whole).all() and (red < 0.85 * whole).all()
+            kinds.add("cut")
+        else:  # a piece left behind where it was 8-24 frames before: more red, all apart from it
+            assert (red > whole).all() and (red < 1.6 * whole).all()
+            assert np.array_equal(
+                out[:5][colour_mask(clip[:5], PALETTE["red"])], clip[:5][colour_mask(clip[:5], PALETTE["red"])]
+            )
+            kinds.add("behind")
+    assert kinds == {"cut", "behind"}
+
+    # In a batch: the same noise levels, captions and noise as the recipe's; only context frames
+    # change; a clip that lost an object is not also broken.
+    base = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0)
+    broken = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, broken_object=1.0)
+    changed = 0
+    for step in range(4):
+        a, b = make_batch(base, step, PixelCodec()), make_batch(broken, step, PixelCodec())
+        assert torch.equal(a.sigmas, b.sigmas) and a.captions == b.captions and torch.equal(a.noise, b.noise)
+        diff = (a.latents - b.latents).abs().amax(dim=(1, 3, 4))  # (B, F)
+        assert (diff[~a.context] == 0).all()
+        changed += int((diff[a.context] > 0).sum())
+    assert changed > 0
+    both = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0, broken_object=1.0)
+    lost = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0)
+    assert torch.equal(make_batch(both, 2, PixelCodec()).latents, make_batch(lost, 2, PixelCodec()).latents)
+
+
 def test_the_v_loss_weight_is_capped_by_v_floor():
     from videogen.models.builtin import build_fresh
     from videogen.training.loss import flow_matching_loss

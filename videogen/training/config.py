@@ -75,6 +75,12 @@ class TrainConfig:
     # builtin-model.md, "Known limits"); this shows the model the caption winning over the context.
     # 0: off (the shipped recipes).
     lost_object: float = 0.0
+    # Broken objects: this share of the clips with clean context frames (and a caption; a clip that
+    # lost an object is not also broken) show one object, in that context only, cut to a part of
+    # itself or with a piece of itself left behind (`videogen.training.data.with_a_broken_object`):
+    # what a chain's crossing leaves at a seam. The frames the loss sees hold the scene as it is, so
+    # the model learns to complete what is cut and let the piece go, not to continue either. 0: off.
+    broken_object: float = 0.0
     # The share of training scenes with two objects (`scenes.random_scene`; the shipped recipes' 0.3).
     two_objects: float = TWO_OBJECTS
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)

@@ -16,15 +16,17 @@ run would.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
-from videogen.training.scenes import Scene, canonical_start, random_scene, render_scene
+from videogen.training.scenes import RADIUS, Scene, _position, _unwrap, canonical_start, random_scene, render_scene
 
 
 class Batch(NamedTuple):
@@ -119,6 +121,7 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     # anchors draw from their own stream: the base recipe's draws stay as they were
     ra = random.Random(cfg.seed * 1_000_003 + step + 4_000_000_007)
     rl = random.Random(cfg.seed * 1_000_003 + step + 8_000_000_011)  # lost objects: their own stream too
+    rb = random.Random(cfg.seed * 1_000_003 + step + 12_000_000_029)  # broken objects: and theirs
     for b in range(batch):
         sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
         scene = random_scene(rng, two_objects=cfg.two_objects)
@@ -131,6 +134,10 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
         lost = caption and cfg.lost_object > 0 and bool((sigmas[b] == 0).any()) and rl.random() < cfg.lost_object
         if lost:
             clip = without_one_object(clip, scene, sigmas[b] == 0, rl.randrange(len(scene.objects)), start, cfg.size)
+        elif caption and cfg.broken_object > 0 and bool((sigmas[b] == 0).any()) and rb.random() < cfg.broken_object:
+            clip = with_a_broken_object(
+                clip, scene, sigmas[b] == 0, rb.randrange(len(scene.objects)), start, cfg.size, rb
+            )
         if positions is not None and frames_lat > 2 and not cfg.causal_chunk and bool((sigmas[b, :2] == 0).all()):
             on_clock = clock_offset == start / 4 and start >= 4  # a chained render's continuation
             if on_clock and ra.random() < cfg.anchor_frac:
@@ -157,9 +164,59 @@ def without_one_object(clip, scene: Scene, context: torch.Tensor, drop: int, sta
     rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != drop), scene.background, scene.lighting)
     bare = render_scene(rest, len(clip), size, start=start)
     out = clip.copy()
-    for j in torch.nonzero(context).flatten().tolist():
-        frames = slice(0 if j == 0 else 4 * j - 3, 4 * j + 1)
+    for frames in _context_frames(context):
         out[frames] = bare[frames]
+    return out
+
+
+def _context_frames(context: torch.Tensor) -> list[slice]:
+    """The pixel frames of the `context` latent frames ((F,) bool; latent frame 0 is frame 0,
+    latent frame j >= 1 frames 4j-3..4j)."""
+    return [slice(0 if j == 0 else 4 * j - 3, 4 * j + 1) for j in torch.nonzero(context).flatten().tolist()]
+
+
+def _part(scene: Scene, which: int, start: float, num_frames: int, size: int, angle: float, cut: float) -> np.ndarray:
+    """(T, H, W) bool: the pixels of object `which` in frames `start..` on the far side of a line
+    through it (normal `angle`, `cut` pixels from its centre; measured on the frame's torus, so a
+    wrapping object's pieces count with the rest of it), as the scene draws it."""
+    o = scene.objects[which]
+    drawn = render_scene(Scene((o,), scene.background), num_frames, size, start=start)
+    ground = render_scene(Scene((), scene.background), 1, size)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    out = (drawn != ground).any(-1)
+    for i in range(num_frames):
+        cx, cy = _position(o, start + i, size)
+        out[i] &= _unwrap(xx - cx, size) * math.cos(angle) + _unwrap(yy - cy, size) * math.sin(angle) > cut
+    return out
+
+
+def with_a_broken_object(clip, scene: Scene, context: torch.Tensor, which: int, start: float, size: int, rng):
+    """`clip` (uint8 (T, H, W, 3), frames `start..` of `scene`) with object `which` broken in the
+    pixel frames of its `context` latent frames, the way a chain breaks one at a seam: half the
+    time *cut* (a part of it, 25-75%, on one side of a random line through it, drawn as what lies
+    beneath: the other object, or the background), half the time *left behind* (a piece of it,
+    up to half, stays where it was 8-24 frames before the clip, painted where the frame shows
+    background). The frames after the context are the scene's: the object whole, the piece gone."""
+    r = RADIUS * size / 64
+    angle = rng.uniform(0, 2 * math.pi)
+    out = clip.copy()
+    frames = _context_frames(context)
+    if rng.random() < 0.5:
+        rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != which), scene.background, scene.lighting)
+        beneath = render_scene(rest, len(clip), size, start=start)
+        gone = _part(scene, which, start, len(clip), size, angle, rng.uniform(-0.45, 0.45) * r)
+        for f in frames:
+            out[f] = np.where(gone[f, ..., None], beneath[f], clip[f])
+        return out
+    then = start - rng.randint(8, 24)
+    piece = _part(scene, which, then, 1, size, angle, rng.uniform(0.0, 0.6) * r)[0]
+    ground = render_scene(Scene((), scene.background, scene.lighting), len(clip), size, start=start)
+    # its colour as the clip's lighting draws it then
+    earlier = render_scene(Scene((scene.objects[which],), scene.background, scene.lighting), 1, size, start=then,
+                           total=len(clip) - 1)[0]  # fmt: skip
+    for f in frames:
+        free = piece & (clip[f] == ground[f]).all(-1)
+        out[f] = np.where(free[..., None], earlier, clip[f])
     return out
 
 
