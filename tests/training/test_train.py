@@ -228,17 +228,22 @@ def test_a_lost_object_leaves_only_the_context_frames_and_the_draws_stay_as_they
     assert colour_mask(out[:5], gone).sum() == 0 and (colour_mask(out[:5], kept).sum((1, 2)) > 50).all()
     assert np.array_equal(out[5:], clip[5:]) and (colour_mask(out[5:], gone).sum((1, 2)) > 50).all()
 
-    # In a batch: the same noise levels, captions and noise; only context frames change, and some do.
+    _only_context_frames_change(lost_object=1.0)
+
+
+def _only_context_frames_change(**option) -> None:
+    """A recipe option that rewrites context frames: in a batch, the same noise levels, captions
+    and noise as the recipe's; only context frames change, and some do."""
     base = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0)
-    lost = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0)
-    changed = 0
+    changed = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, **option)
+    frames = 0
     for step in range(4):
-        a, b = make_batch(base, step, PixelCodec()), make_batch(lost, step, PixelCodec())
+        a, b = make_batch(base, step, PixelCodec()), make_batch(changed, step, PixelCodec())
         assert torch.equal(a.sigmas, b.sigmas) and a.captions == b.captions and torch.equal(a.noise, b.noise)
         diff = (a.latents - b.latents).abs().amax(dim=(1, 3, 4))  # (B, F)
         assert (diff[~a.context] == 0).all()
-        changed += int((diff[a.context] > 0).sum())
-    assert changed > 0
+        frames += int((diff[a.context] > 0).sum())
+    assert frames > 0
 
 
 def test_a_broken_object_is_cut_or_leaves_a_piece_in_the_context_frames_only():
@@ -270,18 +275,8 @@ def test_a_broken_object_is_cut_or_leaves_a_piece_in_the_context_frames_only():
             kinds.add("behind")
     assert kinds == {"cut", "behind"}
 
-    # In a batch: the same noise levels, captions and noise as the recipe's; only context frames
-    # change; a clip that lost an object is not also broken.
-    base = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0)
-    broken = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, broken_object=1.0)
-    changed = 0
-    for step in range(4):
-        a, b = make_batch(base, step, PixelCodec()), make_batch(broken, step, PixelCodec())
-        assert torch.equal(a.sigmas, b.sigmas) and a.captions == b.captions and torch.equal(a.noise, b.noise)
-        diff = (a.latents - b.latents).abs().amax(dim=(1, 3, 4))  # (B, F)
-        assert (diff[~a.context] == 0).all()
-        changed += int((diff[a.context] > 0).sum())
-    assert changed > 0
+    _only_context_frames_change(broken_object=1.0)
+    # a clip that lost an object is not also broken
     both = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0, broken_object=1.0)
     lost = TrainConfig(**TINY, causal_chunk=3, two_objects=1.0, lost_object=1.0)
     assert torch.equal(make_batch(both, 2, PixelCodec()).latents, make_batch(lost, 2, PixelCodec()).latents)
