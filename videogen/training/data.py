@@ -161,12 +161,16 @@ def without_one_object(clip, scene: Scene, context: torch.Tensor, drop: int, sta
     """`clip` (uint8 (T, H, W, 3), frames `start..` of `scene`) with object `drop` removed from the
     pixel frames of its `context` latent frames ((F,) bool; latent frame 0 is frame 0, latent
     frame j >= 1 frames 4j-3..4j), as the scene without that object draws them."""
-    rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != drop), scene.background, scene.lighting)
-    bare = render_scene(rest, len(clip), size, start=start)
+    bare = render_scene(_without(scene, drop), len(clip), size, start=start)
     out = clip.copy()
     for frames in _context_frames(context):
         out[frames] = bare[frames]
     return out
+
+
+def _without(scene: Scene, drop: int) -> Scene:
+    """`scene` less its object `drop`."""
+    return Scene(tuple(o for i, o in enumerate(scene.objects) if i != drop), scene.background, scene.lighting)
 
 
 def _context_frames(context: torch.Tensor) -> list[slice]:
@@ -193,7 +197,7 @@ def _part(scene: Scene, which: int, start: float, num_frames: int, size: int, an
 def with_a_broken_object(clip, scene: Scene, context: torch.Tensor, which: int, start: float, size: int, rng):
     """`clip` (uint8 (T, H, W, 3), frames `start..` of `scene`) with object `which` broken in the
     pixel frames of its `context` latent frames, the way a chain breaks one at a seam: half the
-    time *cut* (a part of it, 25-75%, on one side of a random line through it, drawn as what lies
+    time *cut* (about 20-80% of it gone, on one side of a random line through it, drawn as what lies
     beneath: the other object, or the background), half the time *left behind* (a piece of it,
     up to half, stays where it was 8-24 frames before the clip, painted where the frame shows
     background). The frames after the context are the scene's: the object whole, the piece gone."""
@@ -202,8 +206,7 @@ def with_a_broken_object(clip, scene: Scene, context: torch.Tensor, which: int, 
     out = clip.copy()
     frames = _context_frames(context)
     if rng.random() < 0.5:
-        rest = Scene(tuple(o for i, o in enumerate(scene.objects) if i != which), scene.background, scene.lighting)
-        beneath = render_scene(rest, len(clip), size, start=start)
+        beneath = render_scene(_without(scene, which), len(clip), size, start=start)
         gone = _part(scene, which, start, len(clip), size, angle, rng.uniform(-0.45, 0.45) * r)
         for f in frames:
             out[f] = np.where(gone[f, ..., None], beneath[f], clip[f])
