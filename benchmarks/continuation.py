@@ -74,7 +74,8 @@ def main() -> int:
     base = next(iter(results.values()))["fail_rate"]
     for name, r in list(results.items())[1:]:
         ratios = {k: round(v / base[k], 2) if base[k] else None for k, v in r["fail_rate"].items()}
-        print(f"{name} / baseline failure rate: " + ", ".join(f"{k} {v}x" for k, v in ratios.items()), flush=True)
+        shown = (f"{k} {v}x" if v is not None else f"{k} - (baseline 0)" for k, v in ratios.items())
+        print(f"{name} / baseline failure rate: " + ", ".join(shown), flush=True)
     print(json.dumps({"trials_per_band": args.trials * args.prompts, "results": results}), flush=True)
     return 0
 
