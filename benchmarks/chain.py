@@ -40,7 +40,7 @@ def main() -> int:
     from videogen.io.video import VideoReader
     from videogen.models.loader import load_model
     from videogen.rendering.render import render
-    from videogen.training.long_eval import copies_per_frame, judge_video, long_prompts
+    from videogen.training.long_eval import judge_video, long_prompts, object_copies
 
     model = load_model("builtin", device="cpu", dtype="auto", attention="dense")
     model.preset = dataclasses.replace(model.preset, context_noise=args.context_noise, anchor_frame=args.anchor_frame)
@@ -57,9 +57,7 @@ def main() -> int:
                 for _ in render(spec, out, model=model, thumbnail=False):
                     pass
                 frames = VideoReader(out).read_all()
-                colours = [o.colour for o in scene.objects]
-                for c in colours:
-                    copies = copies_per_frame(frames, c, [x for x in colours if x != c])
+                for copies in object_copies(frames, scene):
                     tot["frames"] += len(copies)
                     tot["missing"] += int((copies == 0).sum())
                     tot["split"] += int((copies > 1).sum())

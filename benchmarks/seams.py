@@ -39,10 +39,9 @@ def _runs(flags: np.ndarray, length: int = 2) -> bool:
 
 def seam_failures(frames: np.ndarray, scene, seams: list[tuple[int, int]]) -> tuple[bool, bool]:
     """(an object vanished, an object doubled) within the frames around any seam."""
-    from videogen.training.long_eval import copies_per_frame
+    from videogen.training.long_eval import object_copies
 
-    colours = [o.colour for o in scene.objects]
-    copies = [copies_per_frame(frames, c, [x for x in colours if x != c]) for c in colours]
+    copies = object_copies(frames, scene)
     lost = doubled = False
     for start, end in seams:
         window = slice(start, min(end + AFTER_SEAM, len(frames)))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from videogen.training.long_eval import copies_per_frame
+from videogen.training.long_eval import object_copies
 from videogen.training.scenes import Scene, canonical_start, render_scene
 
 BANDS: dict[str, tuple[int, int] | None] = {"fresh": None, "trained": (1, 100), "long": (100, 1200)}
@@ -38,9 +38,7 @@ BAD_SEGMENT = 0.1  # a segment fails when more than this share of its new frames
 def wrong_frames(frames: np.ndarray, scene: Scene) -> np.ndarray:
     """`(T,)` bool per frame of `frames` `(T, H, W, 3)` uint8: some object of `scene` missing or in
     more than one copy (the long evaluation's detector)."""
-    colours = [o.colour for o in scene.objects]
-    counts = [copies_per_frame(frames, c, [x for x in colours if x != c]) for c in colours]
-    return np.any([n != 1 for n in counts], axis=0)
+    return np.any([n != 1 for n in object_copies(frames, scene)], axis=0)
 
 
 def wrong_share(frames: np.ndarray, truth: np.ndarray, scene: Scene) -> float:
@@ -79,6 +77,8 @@ def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple
     uint8 (the prefix's frames first, as a render decodes them)."""
     import torch
 
+    from videogen.config.geometry import geometry_of
+    from videogen.config.resolve import resolve_render
     from videogen.config.spec import RenderSpec
     from videogen.models.codec import video_to_uint8
     from videogen.sampling.loop import denoise_segment, run_to_end
@@ -90,7 +90,7 @@ def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple
     preset = model.preset
     # the render's own geometry, settings and step cache: a 2-segment render's continuing segment
     spec = RenderSpec.single(prompt, 2 * preset.segment_seconds, model=preset.name, seed=seed)
-    resolved = _resolved(spec, model)
+    resolved = resolve_render(spec, preset, geometry_of(model))
     settings = resolved.settings
     seg = resolved.plan.segments[1 if band != "fresh" else 0]
     codec = model.codec
@@ -141,10 +141,3 @@ def truth_context(codec: Any, truth: Scene, clock: int, prefix_latent_frames: in
         return prefix, None
     first = codec.encode(uint8_to_video(render_scene(truth, tf * anchor_frame + 1, size)))  # the shot's start
     return prefix, SegmentAnchor(anchor_latent(codec, first, anchor_frame), float(anchor_frame), truth.caption())
-
-
-def _resolved(spec: Any, model: Any) -> Any:
-    from videogen.config.geometry import geometry_of
-    from videogen.config.resolve import resolve_render
-
-    return resolve_render(spec, model.preset, geometry_of(model))

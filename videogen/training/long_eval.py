@@ -122,6 +122,13 @@ def copies_per_frame(frames: np.ndarray, colour: str, others: Sequence[str] = ()
     return np.bincount(big, minlength=t)
 
 
+def object_copies(frames: np.ndarray, scene: Scene) -> list[np.ndarray]:
+    """`copies_per_frame` of each of `scene`'s objects, in its order, the others' pixels joining
+    its components: `(T,)` each."""
+    colours = [o.colour for o in scene.objects]
+    return [copies_per_frame(frames, c, [x for x in colours if x != c]) for c in colours]
+
+
 def background_lab(frames: np.ndarray, colours: Sequence[str], stride: int = 4) -> np.ndarray:
     """CIELAB `(3,)` of the median non-object pixel over every `stride`-th frame."""
     sample = frames[::stride]
@@ -191,11 +198,9 @@ class WindowVerdict:
 
 def _judge_objects(frames: np.ndarray, scene: Scene) -> tuple[ObjectVerdict, ...]:
     size = frames.shape[1]
-    colours = [o.colour for o in scene.objects]
     out = []
-    for obj in scene.objects:
+    for obj, copies in zip(scene.objects, object_copies(frames, scene)):
         track = track_colour(frames, obj.colour)
-        copies = copies_per_frame(frames, obj.colour, [c for c in colours if c != obj.colour])
         out.append(ObjectVerdict(obj.colour, obj.shape, obj.motion, float(track.present.mean()), classify_shape(track),
                                  classify_motion(track, size), float((copies > 1).mean())))  # fmt: skip
     return tuple(out)
