@@ -23,12 +23,19 @@ import time
 import warnings
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--weights", nargs="+", default=[""],
                    help="builtin weights files (default: the shipped one); the first is the baseline")  # fmt: skip
-    p.add_argument("--prompts", type=int, default=6, help="the first N held-out long-video prompts")
-    p.add_argument("--trials", type=int, default=8, help="segments per prompt and band")
+    p.add_argument("--prompts", type=_positive, default=6, help="the first N held-out long-video prompts")
+    p.add_argument("--trials", type=_positive, default=8, help="segments per prompt and band")
     p.add_argument("--bands", nargs="+", default=["fresh", "trained", "long"], choices=["fresh", "trained", "long"])
     p.add_argument("--seed", type=int, default=0, help="trial t of prompt i draws from seed + 1000 i + t")
     args = p.parse_args()
