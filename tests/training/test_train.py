@@ -1,5 +1,7 @@
 """Training the built-in model: deterministic batches, resumable, exported weights load back."""
 
+import random
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -8,7 +10,7 @@ from videogen.errors import InvalidOption
 from videogen.models.codec import PixelCodec
 from videogen.training.config import TrainConfig
 from videogen.training.data import make_batch
-from videogen.training.scenes import PALETTE
+from videogen.training.scenes import PALETTE, random_scene
 from videogen.training.train import budget_steps, train_builtin
 
 TINY = dict(latent_frames=(5,), batch_tokens=320, warmup=2, checkpoint_every=2, lr=1e-3, compile=False)
@@ -384,3 +386,42 @@ def test_a_run_from_fewer_blocks_grows_them_and_starts_from_what_they_computed(t
                          output=tmp_path / "w.safetensors", log=logs.append)  # fmt: skip
     assert weights_size(both) == (6, 8)
     assert any("widening" in m and "4 attention heads to 8" in m for m in logs)
+
+
+def test_exact_layout_holds_the_scenes_frames_and_trains_each_objects_gates_toward_its_motion(tmp_path):
+    from videogen.models.builtin import _FRAME_INIT, FRAME_MOTIONS, build_fresh, load_weights
+    from videogen.training.loss import layout_gate_loss
+
+    _, encoder = build_fresh(0)
+    captions = ["a red circle moving up and a blue square bouncing on a black background", "",
+                "a green triangle moving left on a white background"]  # fmt: skip
+    # per caption, the slots' cross-entropy against its objects' frames: two objects in the cheaper
+    # order, one object in both slots; the empty caption has none
+    logp = torch.log_softmax(encoder.layout.gate_logits(encoder.encode_train(captions)), dim=-1)
+    up, still, left = (FRAME_MOTIONS.index(m) for m in ("up", "still", "left"))
+    two = min(-(logp[0, 0, up] + logp[0, 1, still]) / 2, -(logp[0, 0, still] + logp[0, 1, up]) / 2)
+    one = -(logp[2, 0, left] + logp[2, 1, left]) / 2
+    torch.testing.assert_close(layout_gate_loss(encoder, captions), (two + one) / 2)
+    assert layout_gate_loss(encoder, ["", ""]).item() == 0.0
+
+    cfg = dict(TINY, lr=1e-2, warmup=1)
+    plain = train_builtin(TrainConfig(steps=30, **cfg), tmp_path / "p", output=tmp_path / "p.safetensors",
+                          log=lambda m: None)  # fmt: skip
+    exact = train_builtin(TrainConfig(steps=30, exact_layout=True, **cfg), tmp_path / "e",
+                          output=tmp_path / "e.safetensors", log=lambda m: None)  # fmt: skip
+    frames = {k: load_file(str(f))["text.layout.frames"] for k, f in (("plain", plain), ("exact", exact))}
+    held = torch.tensor(_FRAME_INIT).repeat(2, 1, 1)
+    assert torch.equal(frames["exact"], held)  # held exactly, while learned ones move
+    assert not torch.allclose(frames["plain"], held, atol=1e-4)
+
+    # the gates learn each object's frame: the cross-entropy over fresh captions falls
+    rng = random.Random(5)
+    caps = [random_scene(rng, two_objects=0.5).caption() for _ in range(64)]
+
+    def gate_loss(path) -> float:
+        transformer, enc = build_fresh(0)
+        load_weights(transformer, enc, path)
+        with torch.no_grad():
+            return float(layout_gate_loss(enc, caps))
+
+    assert gate_loss(exact) < 0.8 * gate_loss(plain)

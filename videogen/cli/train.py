@@ -111,6 +111,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="share of a new pool's captions with two objects (default: the training mix's, ~0.3)",
     )
     t.add_argument(
+        "--exact-layout",
+        dest="exact_layout",
+        action="store_true",
+        default=None,
+        help="hold the caption layout's moving frames at the scenes' own motions and train each object's "
+        "gates toward its motion's frame (default: learned frames and gates)",
+    )
+    t.add_argument(
         "--two-objects",
         dest="two_objects",
         type=float,

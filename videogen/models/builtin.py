@@ -91,7 +91,7 @@ def position_channels(latents: torch.Tensor, frames: list[int] | torch.Tensor | 
 # The moving coordinate frames `MotionLayout` starts from: (x0, y0, vx, vy) in frame widths and
 # frame widths per latent frame, for staying still, moving right, left, up and down. They start at
 # the generator's canonical layout and speed (`videogen.training.scenes.canonical_start`, SPEED px/frame at
-# 64 px, 4 frames per latent frame) and are learned from there.
+# 64 px, 4 frames per latent frame) and are learned from there, or held there (`MotionLayout.lock`).
 _V = 0.75 * 4 / 64
 _FRAME_INIT = [
     [0.5, 0.5, 0.0, 0.0],
@@ -100,6 +100,9 @@ _FRAME_INIT = [
     [0.5, 0.75, 0.0, -_V],
     [0.5, 0.25, 0.0, _V],
 ]
+# The motion each of those frames is (a bouncing object starts at the centre, as a still one does,
+# and no straight frame follows it further).
+FRAME_MOTIONS = ("still", "right", "left", "up", "down")
 LAYOUT_GAIN = 2.0
 
 
@@ -129,14 +132,28 @@ class MotionLayout(nn.Module):
         nn.init.zeros_(self.gate.bias)
         self.frames = nn.Parameter(torch.tensor(_FRAME_INIT).repeat(slots, 1, 1))  # (S, J, 4)
 
-    def gates(self, embeds: torch.Tensor) -> torch.Tensor:
-        """(B, S, J) frame weights per slot from prompt embeddings (B, L, D) (zero past the prompt)."""
+    def lock(self) -> None:
+        """Hold the moving frames at the scenes' own motions (`_FRAME_INIT`: each motion's canonical
+        start and exact speed), no longer learned. Learned, they wander: the round-4 weights'
+        moving frames run at 0.56-1.64x the scenes' speed and their still ones at the scenes'
+        speed, some in another direction than their motion, so past the first seconds the channels no longer say where an object is (docs/builtin-model.md,
+        "Exact moving frames")."""
+        with torch.no_grad():
+            self.frames.copy_(torch.tensor(_FRAME_INIT, dtype=self.frames.dtype).repeat(self.frames.shape[0], 1, 1))
+        self.frames.requires_grad_(False)
+
+    def gate_logits(self, embeds: torch.Tensor) -> torch.Tensor:
+        """(B, S, J) the gates before their softmax (`gates`)."""
         e = embeds.float()
         valid = e.abs().sum(-1) > 0  # (B, L)
         scores = torch.einsum("sd,bld->bsl", self.queries, e) / e.shape[-1] ** 0.5
         attn = torch.softmax(scores.masked_fill(~valid[:, None], float("-inf")), dim=-1).nan_to_num(0.0)
         pooled = torch.einsum("bsl,bld->bsd", attn, e)  # an empty prompt pools to 0: the gate's bias
-        return torch.softmax(self.gate(pooled), dim=-1)
+        return self.gate(pooled)
+
+    def gates(self, embeds: torch.Tensor) -> torch.Tensor:
+        """(B, S, J) frame weights per slot from prompt embeddings (B, L, D) (zero past the prompt)."""
+        return torch.softmax(self.gate_logits(embeds), dim=-1)
 
     def forward(self, latents: torch.Tensor, embeds: torch.Tensor, absolute=None) -> torch.Tensor:
         """(B, LAYOUT_CHANNELS, F, h, w), ordered (slot, sub-frame, harmonic, sin x/cos x/sin y/cos y).

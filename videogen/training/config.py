@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from videogen.training.scenes import TWO_OBJECTS
 
+LAYOUT_GATE_WEIGHT = 0.1  # `exact_layout`'s gate cross-entropy, beside a flow-matching loss of ~0.1-0.3
+
 
 @dataclass
 class TrainConfig:
@@ -81,6 +83,11 @@ class TrainConfig:
     # what a chain's crossing leaves at a seam. The frames the loss sees hold the scene as it is, so
     # the model learns to complete what is cut and let the piece go, not to continue either. 0: off.
     broken_object: float = 0.0
+    # Exact moving frames: `MotionLayout`'s frames held at the scenes' own motions (`MotionLayout.lock`)
+    # and each caption object's slot gates trained toward its motion's frame (`layout_gate_loss`, with
+    # weight `LAYOUT_GATE_WEIGHT`), so the layout channels say where each object is at any clock, not
+    # only in a video's first seconds. False: learned frames and gates (the shipped recipes).
+    exact_layout: bool = False
     # The share of training scenes with two objects (`scenes.random_scene`; the shipped recipes' 0.3).
     two_objects: float = TWO_OBJECTS
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from videogen.models.codec import PixelCodec, uint8_to_video
-from videogen.training.scenes import canonical_start, random_scene, render_scene
+from videogen.training.scenes import canonical_start, parse_caption, random_scene, render_scene
 
 
 def flow_matching_loss(transformer: Any, encoder: Any, latents: torch.Tensor, sigmas: torch.Tensor, noise: torch.Tensor,
@@ -82,6 +82,31 @@ def predict_clean(transformer: Any, encoder: Any, noisy: torch.Tensor, sigmas: t
 
         return block_causal_forward(transformer, inputs, timestep, text, causal_chunk)
     return transformer(hidden_states=inputs, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+
+
+def layout_gate_loss(encoder: Any, captions: list[str]) -> torch.Tensor:
+    """Cross-entropy of the `MotionLayout` slots' gates against the moving frames of the caption's
+    objects' motions (`FRAME_MOTIONS`), averaged over the non-empty captions (0 when there are
+    none). A one-object caption's slots both take its object's frame; a two-object caption's
+    slots take its objects' frames in whichever order costs less, since which slot pools which
+    object is the model's to learn (the shipped weights pool the second object into the first
+    slot). With the frames held at the scenes' own motions (`MotionLayout.lock`), this makes each
+    slot's channels one exact moving frame rather than a blend of frames whose phases part within
+    seconds."""
+    from videogen.models.builtin import FRAME_MOTIONS
+
+    named = [(b, c) for b, c in enumerate(captions) if c]
+    if not named:
+        return torch.zeros(())
+    logp = torch.log_softmax(encoder.layout.gate_logits(encoder.encode_train(captions)), dim=-1)  # (B, S, J)
+    terms = []
+    for b, caption in named:
+        frames = [FRAME_MOTIONS.index("still" if o.motion == "bouncing" else o.motion)
+                  for o in parse_caption(caption).objects]  # fmt: skip
+        orders = [frames * logp.shape[1]] if len(frames) == 1 else [frames, frames[::-1]]
+        costs = torch.stack([-logp[b, torch.arange(len(o)), torch.tensor(o)].mean() for o in orders])
+        terms.append(costs.min())
+    return torch.stack(terms).mean()
 
 
 def frame_step_err2(err: torch.Tensor) -> torch.Tensor:

@@ -157,7 +157,7 @@ def build_optimizer(cfg: TrainConfig, transformer: torch.nn.Module,
     """AdamW, or Muon for the hidden matrices + AdamW for the rest (`cfg.optimizer`)."""
     adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
-        return adamw([p for m in (transformer, encoder) for p in m.parameters()])
+        return adamw([p for m in (transformer, encoder) for p in m.parameters() if p.requires_grad])
     if cfg.optimizer != "muon":
         raise ValueError(f"optimizer must be 'adamw' or 'muon', got {cfg.optimizer!r}")
     named = [(f"transformer.{n}", p) for n, p in transformer.named_parameters()]

@@ -39,10 +39,10 @@ from videogen.models.builtin import (
     weights_size,
 )
 from videogen.models.codec import PixelCodec
-from videogen.training.config import TrainConfig
+from videogen.training.config import LAYOUT_GATE_WEIGHT, TrainConfig
 from videogen.training.context import own_context
 from videogen.training.data import Batch, make_batch
-from videogen.training.loss import flow_matching_loss
+from videogen.training.loss import flow_matching_loss, layout_gate_loss
 from videogen.training.optim import build_optimizer
 from videogen.training.rollouts import RolloutPool, make_pool, mix_rollouts
 
@@ -132,6 +132,8 @@ def train_builtin(
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     transformer, encoder = _initial_model(cfg, log)
+    if cfg.exact_layout:
+        encoder.layout.lock()
     ema = {k: v.detach().clone() for k, v in _named_state(transformer, encoder).items()}
     params = [p for m in (transformer, encoder) for p in m.parameters()]
     opt = build_optimizer(cfg, transformer, encoder)
@@ -239,6 +241,8 @@ def _backward(transformer: Any, encoder: Any, opt: Any, batch: Batch, cfg: Train
     loss = flow_matching_loss(transformer, encoder, batch.latents, batch.sigmas, batch.noise, batch.captions, cfg.loss,
                               cfg.causal_chunk, cfg.v_floor, batch.frames, cfg.motion_weight, batch.context,
                               batch.positions)  # fmt: skip
+    if cfg.exact_layout:
+        loss = loss + LAYOUT_GATE_WEIGHT * layout_gate_loss(encoder, batch.captions)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     return loss
