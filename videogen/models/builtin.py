@@ -136,10 +136,10 @@ class MotionLayout(nn.Module):
         """Hold the moving frames at the scenes' own motions (`_FRAME_INIT`: each motion's canonical
         start and exact speed), no longer learned. Learned, they wander: the round-4 weights'
         moving frames run at 0.56-1.64x the scenes' speed and their still ones at the scenes'
-        speed, some in another direction than their motion, so past the first seconds the channels no longer say where an object is (docs/builtin-model.md,
-        "Exact moving frames")."""
+        speed, some in another direction than their motion, so past the first seconds the
+        channels no longer say where an object is (docs/builtin-model.md, "Exact moving frames")."""
         with torch.no_grad():
-            self.frames.copy_(torch.tensor(_FRAME_INIT, dtype=self.frames.dtype).repeat(self.frames.shape[0], 1, 1))
+            self.frames.copy_(torch.tensor(_FRAME_INIT).expand_as(self.frames))
         self.frames.requires_grad_(False)
 
     def gate_logits(self, embeds: torch.Tensor) -> torch.Tensor:
