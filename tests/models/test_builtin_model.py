@@ -9,6 +9,7 @@ import torch
 from videogen.attention.causal import new_cache, plan_chunk
 from videogen.config.geometry import builtin_block_count
 from videogen.models.builtin import (
+    BLANK_GATE,
     LAYOUT_CHANNELS,
     LAYOUT_GAIN,
     LAYOUT_HARMONICS,
@@ -85,6 +86,43 @@ def test_gates_are_a_distribution_per_slot_and_an_empty_prompt_uses_the_bias():
     torch.testing.assert_close(g.sum(-1), torch.ones(2, 2))
     torch.testing.assert_close(g[1, 0], torch.softmax(enc.layout.gate.bias, -1))
     assert not torch.allclose(g[0, 0], g[1, 0])
+
+
+def test_a_blank_gate_mixes_no_frame_and_weights_with_it_load_into_a_fresh_model(tmp_path):
+    """`add_blank` leaves the old gates' logits as they were and adds one that mixes nothing: a slot
+    all on it has zero channels, one half on it has half its frame's. A file saved with it loads
+    into a model built without it (the loader adds it); a file without it stays without."""
+    from safetensors.torch import save_file
+
+    enc = _layout_moving_right(1)
+    latents = torch.zeros(1, 192, 3, 8, 8)
+    embeds = enc.encode(["a red circle moving right on a black background"])
+    before, logits = enc.layout(latents, embeds), enc.layout.gate_logits(embeds)
+    assert not enc.layout.has_blank
+    enc.layout.add_blank()
+    assert enc.layout.has_blank and enc.layout.gate.out_features == BLANK_GATE + 1
+    torch.testing.assert_close(enc.layout.gate_logits(embeds)[..., :BLANK_GATE], logits)
+    torch.testing.assert_close(enc.layout(latents, embeds), before)  # its bias of -30 - 4: no weight
+    per_slot = LAYOUT_CHANNELS // LAYOUT_SLOTS
+    with torch.no_grad():
+        enc.layout.gate.bias[BLANK_GATE] = 90.0  # slot gates: all on the blank (the rest e^-60 or less)
+        assert enc.layout(latents, embeds).abs().max() < 1e-20
+        enc.layout.gate.bias[BLANK_GATE] = 30.0  # even with frame 1's: half on each
+    half = enc.layout(latents, embeds)
+    torch.testing.assert_close(half[:, :per_slot], before[:, :per_slot] / 2)
+
+    transformer, _ = build_fresh(0)
+    path = tmp_path / "blank.safetensors"
+    save_file(_named_state(transformer, enc), str(path))
+    t2, fresh = build_fresh(1)
+    assert not fresh.layout.has_blank
+    load_weights(t2, fresh, path)
+    assert fresh.layout.has_blank
+    torch.testing.assert_close(fresh.layout(latents, embeds), half)
+    plain, (t3, enc3) = tmp_path / "plain.safetensors", build_fresh(2)
+    save_file(_named_state(t3, enc3), str(plain))
+    load_weights(t3, enc3, plain)
+    assert not enc3.layout.has_blank
 
 
 def test_condition_builds_the_whole_transformer_input_and_defaults_absolute_to_frames():

@@ -425,3 +425,38 @@ def test_exact_layout_holds_the_scenes_frames_and_trains_each_objects_gates_towa
             return float(layout_gate_loss(enc, caps))
 
     assert gate_loss(exact) < 0.8 * gate_loss(plain)
+
+
+def test_blank_bounce_trains_a_bouncing_objects_gates_toward_the_blank_gate(tmp_path):
+    from videogen.models.builtin import BLANK_GATE, FRAME_MOTIONS, build_fresh, load_weights
+    from videogen.training.loss import layout_gate_loss
+
+    _, encoder = build_fresh(0)
+    encoder.layout.add_blank()
+    captions = ["a red circle moving up and a blue square bouncing on a black background",
+                "a green triangle bouncing on a white background"]  # fmt: skip
+    logp = torch.log_softmax(encoder.layout.gate_logits(encoder.encode_train(captions)), dim=-1)
+    up = FRAME_MOTIONS.index("up")
+    two = min(-(logp[0, 0, up] + logp[0, 1, BLANK_GATE]) / 2, -(logp[0, 0, BLANK_GATE] + logp[0, 1, up]) / 2)
+    one = -(logp[1, 0, BLANK_GATE] + logp[1, 1, BLANK_GATE]) / 2
+    torch.testing.assert_close(layout_gate_loss(encoder, captions), (two + one) / 2)
+
+    # the loss alone takes a bounce's slots onto the blank gate (from ~0.4%) and a straight move's to its frame
+    rng = random.Random(3)
+    caps = [random_scene(rng, two_objects=0.3).caption() for _ in range(48)]
+    opt = torch.optim.Adam(encoder.parameters(), lr=3e-3)
+    for _ in range(60):
+        opt.zero_grad()
+        layout_gate_loss(encoder, caps).backward()
+        opt.step()
+    probe = ["a yellow square bouncing on a blue background", "a yellow square moving down on a blue background"]
+    with torch.no_grad():
+        gates = encoder.layout.gates(encoder.encode(probe))
+    assert (gates[0, :, BLANK_GATE] > 0.5).all()
+    assert (gates[1, :, FRAME_MOTIONS.index("down")] > 0.5).all() and (gates[1, :, BLANK_GATE] < 0.1).all()
+
+    # training with it: the file holds the blank gate's row, trained from its start (zero weights)
+    out = train_builtin(TrainConfig(steps=2, exact_layout=True, blank_bounce=True, **TINY), tmp_path / "b",
+                        output=tmp_path / "b.safetensors", log=lambda m: None)  # fmt: skip
+    gate = load_file(str(out))["text.layout.gate.weight"]
+    assert gate.shape[0] == BLANK_GATE + 1 and gate[BLANK_GATE].abs().max() > 0

@@ -119,6 +119,14 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "gates toward its motion's frame (default: learned frames and gates)",
     )
     t.add_argument(
+        "--blank-bounce",
+        dest="blank_bounce",
+        action="store_true",
+        default=None,
+        help="with --exact-layout: train a bouncing object's gates toward a blank gate (no frame, zero "
+        "channels) rather than the still frame",
+    )
+    t.add_argument(
         "--two-objects",
         dest="two_objects",
         type=float,
@@ -215,6 +223,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--layers", args.layers, "must be in 1..16")
     if args.heads is not None and not 1 <= args.heads <= 32:
         raise InvalidOption("--heads", args.heads, "must be in 1..32")
+    if args.blank_bounce and not args.exact_layout:
+        raise InvalidOption("--blank-bounce", True, "needs --exact-layout")
     if args.minutes is not None and args.steps is not None:
         raise InvalidOption("--minutes", args.minutes, "give --steps or --minutes, not both")
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}

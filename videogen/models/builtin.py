@@ -101,8 +101,11 @@ _FRAME_INIT = [
     [0.5, 0.25, 0.0, _V],
 ]
 # The motion each of those frames is (a bouncing object starts at the centre, as a still one does,
-# and no straight frame follows it further).
+# and no straight frame follows it further). A layout with a blank gate (`MotionLayout.add_blank`)
+# has one more gate than frames, `BLANK_GATE`: no frame, its channels zero.
 FRAME_MOTIONS = ("still", "right", "left", "up", "down")
+BLANK_GATE = len(FRAME_MOTIONS)
+BLANK_GATE_BIAS = -4.0  # a new blank gate's bias below the others': ~0.4% of the weight among 5 zero gates
 LAYOUT_GAIN = 2.0
 
 
@@ -142,6 +145,29 @@ class MotionLayout(nn.Module):
             self.frames.copy_(torch.tensor(_FRAME_INIT).expand_as(self.frames))
         self.frames.requires_grad_(False)
 
+    @property
+    def has_blank(self) -> bool:
+        """Whether the gate has the blank output (`add_blank`) past the frames' outputs."""
+        return self.gate.out_features > self.frames.shape[1]
+
+    def add_blank(self) -> None:
+        """Give the gate one more output, `BLANK_GATE`, that mixes no frame: a slot whose weight is
+        on it gets zero channels. A bouncing object has no straight moving frame that stays true:
+        the still frame says it is at the centre after its first bounce, and a blend of frames
+        parts from it as fast (docs/builtin-model.md, "No frame for a bounce"). The new output
+        starts with zero weights and `BLANK_GATE_BIAS` below the lowest bias, so the gates are
+        nearly as they were. No-op when the gate has it."""
+        if self.has_blank:
+            return
+        old = self.gate
+        gate = nn.Linear(old.in_features, old.out_features + 1).to(old.weight.device)
+        with torch.no_grad():
+            gate.weight.zero_()
+            gate.weight[:-1] = old.weight
+            gate.bias[:-1] = old.bias
+            gate.bias[-1] = old.bias.min() + BLANK_GATE_BIAS
+        self.gate = gate
+
     def gate_logits(self, embeds: torch.Tensor) -> torch.Tensor:
         """(B, S, J) the gates before their softmax (`gates`)."""
         e = embeds.float()
@@ -152,7 +178,8 @@ class MotionLayout(nn.Module):
         return self.gate(pooled)
 
     def gates(self, embeds: torch.Tensor) -> torch.Tensor:
-        """(B, S, J) frame weights per slot from prompt embeddings (B, L, D) (zero past the prompt)."""
+        """(B, S, J) frame weights per slot from prompt embeddings (B, L, D) (zero past the prompt);
+        with a blank gate, its weight last (J = frames + 1)."""
         return torch.softmax(self.gate_logits(embeds), dim=-1)
 
     def forward(self, latents: torch.Tensor, embeds: torch.Tensor, absolute=None) -> torch.Tensor:
@@ -179,7 +206,7 @@ class MotionLayout(nn.Module):
         # phases (B, S, J, F*n, w|h): position minus the frame's origin at time t, on each axis
         px = xs.view(1, 1, 1, 1, w) - x0[None, :, :, None, None] - travelled(vx)
         py = ys.view(1, 1, 1, 1, h) - y0[None, :, :, None, None] - travelled(vy)
-        gates = self.gates(embeds).to(dev)
+        gates = self.gates(embeds).to(dev)[..., : self.frames.shape[1]]  # a blank gate mixes nothing
 
         def mix(feat):  # the gates mix each frame's features (each depends on x or y only: mix, then expand)
             return torch.einsum("bsj,bsjtn->bstn", gates, feat)
@@ -386,6 +413,9 @@ def load_state(transformer, encoder, state: dict[str, torch.Tensor], name: str) 
     blocks = builtin_block_count(state)
     if blocks is not None and blocks != len(transformer.blocks):
         raise RuntimeError(f"{name}: holds {blocks} transformer blocks; the model has {len(transformer.blocks)}")
+    gate = state.get("text.layout.gate.weight")
+    if gate is not None and gate.shape[0] == encoder.layout.frames.shape[1] + 1:
+        encoder.layout.add_blank()  # weights trained with the blank gate (`MotionLayout.add_blank`)
     for prefix, module in (("transformer.", transformer), ("text.", encoder)):
         part = {k[len(prefix) :]: v.float() for k, v in state.items() if k.startswith(prefix)}
         missing, unexpected = module.load_state_dict(part, strict=False)

@@ -88,6 +88,10 @@ class TrainConfig:
     # weight `LAYOUT_GATE_WEIGHT`), so the layout channels say where each object is at any clock, not
     # only in a video's first seconds. False: learned frames and gates (the shipped recipes).
     exact_layout: bool = False
+    # With `exact_layout`: a bouncing object's slot gates are trained toward the layout's blank gate
+    # (`MotionLayout.add_blank`: no frame, zero channels) rather than the still frame, which says it
+    # is at the centre after its first bounce. False: the still frame.
+    blank_bounce: bool = False
     # The share of training scenes with two objects (`scenes.random_scene`; the shipped recipes' 0.3).
     two_objects: float = TWO_OBJECTS
     init: str = ""  # weights file to start from (fine-tuning, e.g. the causal variant from the base)

@@ -92,8 +92,14 @@ def layout_gate_loss(encoder: Any, captions: list[str]) -> torch.Tensor:
     object is the model's to learn (the shipped weights pool the second object into the first
     slot). With the frames held at the scenes' own motions (`MotionLayout.lock`), this makes each
     slot's channels one exact moving frame rather than a blend of frames whose phases part within
-    seconds."""
-    from videogen.models.builtin import FRAME_MOTIONS
+    seconds. A bouncing object takes the still frame, or the blank gate where the layout has one
+    (`MotionLayout.add_blank`)."""
+    from videogen.models.builtin import BLANK_GATE, FRAME_MOTIONS
+
+    def gate(motion: str) -> int:
+        if motion == "bouncing":
+            return BLANK_GATE if encoder.layout.has_blank else FRAME_MOTIONS.index("still")
+        return FRAME_MOTIONS.index(motion)
 
     named = [(b, c) for b, c in enumerate(captions) if c]
     if not named:
@@ -101,8 +107,7 @@ def layout_gate_loss(encoder: Any, captions: list[str]) -> torch.Tensor:
     logp = torch.log_softmax(encoder.layout.gate_logits(encoder.encode_train(captions)), dim=-1)  # (B, S, J)
     terms = []
     for b, caption in named:
-        frames = [FRAME_MOTIONS.index("still" if o.motion == "bouncing" else o.motion)
-                  for o in parse_caption(caption).objects]  # fmt: skip
+        frames = [gate(o.motion) for o in parse_caption(caption).objects]
         orders = [frames * logp.shape[1]] if len(frames) == 1 else [frames, frames[::-1]]
         costs = torch.stack([-logp[b, torch.arange(len(o)), torch.tensor(o)].mean() for o in orders])
         terms.append(costs.min())

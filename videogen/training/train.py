@@ -134,6 +134,8 @@ def train_builtin(
     transformer, encoder = _initial_model(cfg, log)
     if cfg.exact_layout:
         encoder.layout.lock()
+    if cfg.blank_bounce:
+        encoder.layout.add_blank()
     ema = {k: v.detach().clone() for k, v in _named_state(transformer, encoder).items()}
     params = [p for m in (transformer, encoder) for p in m.parameters()]
     opt = build_optimizer(cfg, transformer, encoder)
