@@ -428,7 +428,7 @@ def test_exact_layout_holds_the_scenes_frames_and_trains_each_objects_gates_towa
 
 
 def test_blank_bounce_trains_a_bouncing_objects_gates_toward_the_blank_gate(tmp_path):
-    from videogen.models.builtin import BLANK_GATE, FRAME_MOTIONS, build_fresh, load_weights
+    from videogen.models.builtin import BLANK_GATE, FRAME_MOTIONS, build_fresh
     from videogen.training.loss import layout_gate_loss
 
     _, encoder = build_fresh(0)
