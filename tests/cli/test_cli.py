@@ -109,6 +109,7 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--init", "/no/such/weights.safetensors"], "/no/such/weights.safetensors"),
         (["--snapshot-every", "0"], "--snapshot-every=0"),
         (["--motion-weight", "-1"], "--motion-weight=-1.0"),
+        (["--blank-bounce"], "--blank-bounce=True: needs --exact-layout"),
         (["--rollout-frac", "0.5"], "needs --rollouts FILE"),
         (["--rollouts", "p.npz", "--rollout-frac", "1.5"], "--rollout-frac=1.5"),
         (["--rollouts", "p.npz", "--rollout-frac", "0.5", "--rollout-chains", "0"], "--rollout-chains=0"),

@@ -160,7 +160,7 @@ class MotionLayout(nn.Module):
         if self.has_blank:
             return
         old = self.gate
-        gate = nn.Linear(old.in_features, old.out_features + 1).to(old.weight.device)
+        gate = nn.Linear(old.in_features, old.out_features + 1).to(old.weight)  # its device and dtype
         with torch.no_grad():
             gate.weight.zero_()
             gate.weight[:-1] = old.weight
