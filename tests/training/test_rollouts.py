@@ -28,6 +28,8 @@ from videogen.training.rollouts import (
 )
 from videogen.training.scenes import (
     HELD_OUT,
+    Scene,
+    SceneObject,
     canonical_start,
     colour_mask,
     parse_caption,
@@ -128,6 +130,34 @@ def test_a_rollout_that_split_its_object_continues_from_the_larger_piece():
     clip, _, _ = rollout_clip(RolloutPool(split[None], pool.scenes), 0, 2)
     truth, _, _ = rollout_clip(pool, 0, 2)
     assert (np.abs(clip[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() < 0.005
+
+
+@pytest.mark.parametrize("centre,vanished", [(32.0, 0), (34.0, 0), (40.0, 12)])
+def test_an_object_hidden_at_the_seam_comes_out_where_it_went_in(centre, vanished):
+    """A cyan circle moving down passes behind a still white triangle (drawn on top): at the
+    context's last frame its centre is `centre` px down, the triangle's 32, and only a sliver
+    shows (at 34 two slivers, one each side). With `vanished`, the rollout lost the circle
+    outright in its last `vanished` frames. The target draws it where the scene has it (where the
+    rollout last showed it whole, moved on), not at the sliver's centroid."""
+    end = SEGMENT_FRAMES + NEW_FRAMES  # the context of seam 2 ends at frame end - 1
+    y0 = (centre - 0.75 * (end - 1)) / 64 % 1
+    scene = Scene((SceneObject("cyan", "circle", "down", 0.5, y0), SceneObject("white", "triangle", "still", 0.5, 0.5)),
+                  "green")  # fmt: skip
+    video = render_scene(scene, SEGMENT_FRAMES + NEW_FRAMES * 3, size=64)
+    rollout = video.copy()
+    if vanished:  # the circle gone from the rollout's last frames: the triangle on the background alone
+        bare = render_scene(Scene(scene.objects[1:], "green"), len(video), size=64)
+        rollout[end - vanished : end] = bare[end - vanished : end]
+    sliver = track_colour(rollout[end - 1 : end], "cyan")
+    if not vanished:  # what the last frame alone says is well off the circle's centre
+        assert abs(sliver.centroid[0][1] - centre) > 3 or abs(sliver.centroid[0][0] - 32) > 3
+    else:
+        assert not sliver.present[0]
+    clip, _, _ = rollout_clip(RolloutPool(rollout[None], [scene]), 0, 2)
+    truth = video[end - 5 : end + NEW_FRAMES]
+    assert (np.abs(clip[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() < 0.005
+    out = track_colour(clip[-1:], "cyan")
+    assert abs(out.centroid[0][1] - track_colour(truth[-1:], "cyan").centroid[0][1]) < 0.5
 
 
 def test_anchored_continuations_see_a_frame_of_the_videos_first_segment_at_the_sink_position():

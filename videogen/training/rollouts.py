@@ -46,6 +46,7 @@ from videogen.training.scenes import (
     Scene,
     SceneObject,
     _position,
+    _unwrap,
     canonical_start,
     colour_mask,
     random_scene,
@@ -188,19 +189,26 @@ class RolloutPool:
         return list(range(first, last + 2, STREAM_CHUNK))
 
 
-def corrected_scene(scene: Scene, last: np.ndarray, frame: int) -> Scene:
-    """`scene` restarted at the rollout's frame `frame` (whose pixels are `last` (H, W, 3)): each
-    object where the rollout shows it (the scene's own position there when its colour is not
-    found), moving on as at that time in the scene (a bounce keeps its current direction)."""
-    size = last.shape[0]
+# An object's largest piece smaller than this share of its drawn area is not *whole* (split, fading
+# or mostly gone); nor is one that touches another object (passing behind it, or in front).
+WHOLE_SHARE = 0.6
+LOOKBACK_FRAMES = 48  # how far back an object is looked for whole (3 s at 16 fps)
+
+
+def corrected_scene(scene: Scene, frames: np.ndarray, frame: int) -> Scene:
+    """`scene` restarted at the rollout's frame `frame`, whose pixels are `frames[-1]` (`frames`
+    (T, H, W, 3): the rollout's frames up to that one, the last `LOOKBACK_FRAMES` suffice): each
+    object where the rollout shows it, moving on as at that time in the scene (a bounce keeps its
+    current direction). An object the last frame shows whole is measured there (its largest
+    piece's centroid). One it does not (behind the other object, or fading) is placed where the
+    rollout last showed it whole, moved on as its caption says for the frames since, so the
+    target brings it out where it went in: a sliver's centroid is pixels off its centre. One never
+    whole in the look-back keeps its largest piece's place, or the scene's own when none is left."""
+    size = frames.shape[1]
     objects = []
     for o in scene.objects:
-        found = _largest_piece(last, o.colour)
-        if found is not None:  # its largest piece's centroid, less where the shape's centroid sits from its centre
-            dx, dy = _centroid_offset(o.shape, size)
-            x, y = found[0] - dx, found[1] - dy
-        else:
-            x, y = _position(o, frame, size)
+        others = [p.colour for p in scene.objects if p is not o]
+        x, y = _measured(o, others, frames, frame)
         angle = o.angle
         if o.motion == "bouncing":
             (x1, y1), (x2, y2) = _position(o, frame, size), _position(o, frame + 1, size)
@@ -211,27 +219,66 @@ def corrected_scene(scene: Scene, last: np.ndarray, frame: int) -> Scene:
     return Scene(tuple(objects), scene.background, scene.lighting)
 
 
-def _largest_piece(frame: np.ndarray, colour: str, min_pixels: int = 12) -> tuple[float, float] | None:
-    """(x, y) centroid of the largest piece of `colour` in `frame` (H, W, 3) (8-connected on the
-    torus, as the scenes wrap), or None when no piece has `min_pixels`: a rollout that split its
-    object continues from the piece that holds most of it, not from a point between the pieces."""
+def _measured(o: SceneObject, others: list[str], frames: np.ndarray, frame: int) -> tuple[float, float]:
+    """Object `o`'s centre (pixels) at `frames[-1]` (frame `frame` of its video, whose other
+    objects have the colours `others`), as `corrected_scene` reads it."""
+    size = frames.shape[1]
+    dx, dy, area = _shape_stats(o.shape, size)
+    last = None
+    for back in range(min(LOOKBACK_FRAMES, len(frames) - 1) + 1):
+        piece = _piece(frames[-1 - back], o.colour)
+        last = piece if back == 0 else last
+        if piece is None or piece[2] < WHOLE_SHARE * area or _touches(piece[3], frames[-1 - back], others):
+            continue
+        x, y = piece[0] - dx, piece[1] - dy  # its largest piece's centroid, less the shape's own offset
+        if back == 0:
+            return x, y
+        # moved on for `back` frames as the caption says (a bounce: as far as the scene moved it then)
+        (x1, y1), (x2, y2) = _position(o, frame - back, size), _position(o, frame, size)
+        if o.motion == "bouncing":
+            step, direction = math.hypot(x2 - x1, y2 - y1), math.atan2(y2 - y1, x2 - x1)
+            return x + step * math.cos(direction), y + step * math.sin(direction)
+        return (x + float(_unwrap(x2 - x1, size))) % size, (y + float(_unwrap(y2 - y1, size))) % size
+    if last is not None:
+        return last[0] - dx, last[1] - dy
+    return _position(o, frame, size)
+
+
+def _touches(piece: np.ndarray, frame: np.ndarray, colours: list[str]) -> bool:
+    """Whether `piece` (H, W) bool borders a pixel of one of `colours` in `frame` (8-neighbours,
+    on the torus)."""
+    if not colours:
+        return False
+    grown = piece.copy()
+    for shift in ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (1, -1), (-1, 1), (-1, -1)):
+        grown |= np.roll(piece, shift, axis=(0, 1))
+    return any(bool((grown & colour_mask(frame[None], PALETTE[c])[0]).any()) for c in colours)
+
+
+def _piece(frame: np.ndarray, colour: str, min_pixels: int = 12) -> tuple[float, float, int, np.ndarray] | None:
+    """(x, y, pixels, mask): the centroid, size and (H, W) mask of the largest piece of `colour` in
+    `frame` (H, W, 3) (8-connected on the torus, as the scenes wrap), or None when no piece has
+    `min_pixels`: a rollout that split its object continues from the piece that holds most of it,
+    not from a point between the pieces."""
     mask = colour_mask(frame[None], PALETTE[colour])
     labels = torus_components(mask)[0]
     ids, sizes = np.unique(labels[mask[0]], return_counts=True)
     if not len(ids) or sizes.max() < min_pixels:
         return None
-    piece = (labels == ids[sizes.argmax()])[None]
-    track = track_colour(np.where(piece[..., None], frame[None], 0).astype(np.uint8), colour, min_pixels)
-    return float(track.centroid[0][0]), float(track.centroid[0][1])
+    piece = labels == ids[sizes.argmax()]
+    track = track_colour(np.where(piece[None, ..., None], frame[None], 0).astype(np.uint8), colour, min_pixels)
+    return float(track.centroid[0][0]), float(track.centroid[0][1]), int(sizes.max()), piece
 
 
 @functools.lru_cache(maxsize=16)
-def _centroid_offset(shape: str, size: int) -> tuple[float, float]:
-    """Where the generator's `shape` has its pixel centroid, from the centre it is drawn at."""
+def _shape_stats(shape: str, size: int) -> tuple[float, float, int]:
+    """(dx, dy, pixels): where the generator's `shape` has its pixel centroid, from the centre it
+    is drawn at, and how many pixels it covers."""
     still = Scene((SceneObject("white", shape, "still", 0.5, 0.5),), "black")
-    track = track_colour(render_scene(still, 1, size=size), "white")
+    frame = render_scene(still, 1, size=size)
+    track = track_colour(frame, "white")
     cx, cy = track.centroid[0]
-    return float(cx - size / 2), float(cy - size / 2)
+    return float(cx - size / 2), float(cy - size / 2), int(colour_mask(frame, PALETTE["white"]).sum())
 
 
 def rollout_clip(pool: RolloutPool, video: int, seam: int, anchor: int = 0) -> tuple[np.ndarray, Scene, float]:
@@ -244,7 +291,7 @@ def rollout_clip(pool: RolloutPool, video: int, seam: int, anchor: int = 0) -> t
     if anchor:
         context[0] = pool.videos[video, 4 * anchor]
     scene = pool.scenes[video]
-    target = corrected_scene(scene, context[-1], end - 1)
+    target = corrected_scene(scene, pool.videos[video, max(0, end - 1 - LOOKBACK_FRAMES) : end], end - 1)
     ahead = render_scene(target, NEW_FRAMES + 1, size=context.shape[1])[1:]
     clock = float((SEGMENT_FRAMES // 4 + 1 - PREFIX_LATENT) * seam)
     return np.concatenate([context, ahead]), scene, clock
@@ -257,7 +304,8 @@ def stream_rollout_clip(pool: RolloutPool, video: int, start: int) -> tuple[np.n
     3 latent frames. The clock is each latent frame's index in the stream, as the stream saw it."""
     window = pool.videos[video, 4 * (start - STREAM_WINDOW) - 3 : 4 * start - 3]  # latent frames start-6 .. start-1
     scene = pool.scenes[video]
-    target = corrected_scene(scene, window[-1], 4 * start - 4)
+    seen = pool.videos[video, max(0, 4 * start - 4 - LOOKBACK_FRAMES) : 4 * start - 3]  # up to the window's last
+    target = corrected_scene(scene, seen, 4 * start - 4)
     ahead = render_scene(target, 4 * STREAM_CHUNK + 1, size=window.shape[1])[1:]
     clip = np.concatenate([pool.videos[video, :1], window, ahead])
     clock = np.concatenate([[0.0], np.arange(start - STREAM_WINDOW, start + STREAM_CHUNK, dtype=np.float64)])
