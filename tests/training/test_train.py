@@ -284,6 +284,49 @@ def test_a_broken_object_is_cut_or_leaves_a_piece_in_the_context_frames_only():
     assert torch.equal(make_batch(both, 2, PixelCodec()).latents, make_batch(lost, 2, PixelCodec()).latents)
 
 
+def test_hidden_clips_cut_where_one_object_is_behind_the_other_and_bring_it_out():
+    import random
+
+    from videogen.training.data import hidden_start, placed_beneath
+    from videogen.training.scenes import Scene, SceneObject, colour_mask, render_scene
+
+    cyan = PALETTE["cyan"]
+    whole = colour_mask(
+        render_scene(Scene((SceneObject("cyan", "circle", "still", 0.5, 0.5),), "green"), 1), cyan
+    ).sum()
+    # On a render's clock (the scene as it starts): the start is one where the two meet.
+    scene = Scene((SceneObject("cyan", "circle", "down", 0.5, 0.2), SceneObject("white", "square", "left", 0.9, 0.5)),
+                  "green")  # fmt: skip
+    starts = {hidden_start(scene, 8, 64, random.Random(seed)) for seed in range(6)}
+    assert None not in starts and len(starts) > 1  # drawn among all the times they meet
+    for start in starts:
+        clip = render_scene(scene, 33, 64, start=start)
+        assert colour_mask(clip[8:9], cyan).sum() < 0.3 * whole  # behind the square as the context (frame 8) ends
+        assert colour_mask(clip[-1:], cyan).sum() > 0.95 * whole  # out again, whole, by the clip's end
+    apart = Scene((SceneObject("cyan", "circle", "still", 0.2, 0.2), SceneObject("white", "square", "still", 0.8, 0.8)),
+                  "green")  # fmt: skip
+    assert hidden_start(apart, 8, 64, random.Random(0)) is None
+    # Anywhere at any time: the first object moved to meet the second there, moving as before.
+    side = Scene((SceneObject("cyan", "circle", "up", 0.1, 0.3), SceneObject("white", "square", "up", 0.7, 0.3)),
+                 "green")  # fmt: skip
+    assert hidden_start(side, 8, 64, random.Random(0)) is None  # side by side, they never meet
+    moved = placed_beneath(side, 130.0, 64, random.Random(0))
+    assert moved.objects[1] == side.objects[1] and moved.objects[0].motion == "up"
+    assert colour_mask(render_scene(moved, 1, 64, start=130.0), cyan).sum() < 0.3 * whole
+
+    base = TrainConfig(**TINY, two_objects=1.0)
+    hidden = TrainConfig(**TINY, two_objects=1.0, occluded=1.0)
+    changed = 0
+    for step in range(16):
+        a, b = make_batch(base, step, PixelCodec()), make_batch(hidden, step, PixelCodec())
+        assert torch.equal(a.sigmas, b.sigmas) and a.captions == b.captions and torch.equal(a.noise, b.noise)
+        for i in range(len(a.captions)):
+            if not bool(a.context[i].any()):  # clips made from scratch are the recipe's
+                assert torch.equal(a.latents[i], b.latents[i]) and torch.equal(a.frames[i], b.frames[i])
+            changed += not torch.equal(a.latents[i], b.latents[i])
+    assert changed >= 3
+
+
 def test_the_v_loss_weight_is_capped_by_v_floor():
     from videogen.models.builtin import build_fresh
     from videogen.training.loss import flow_matching_loss

@@ -146,6 +146,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="share of clips with clean context whose context shows one object cut to a part, or with a piece "
         "left behind; the frames after it show the object whole (default 0: off)",
     )
+    t.add_argument(
+        "--occluded",
+        dest="occluded",
+        type=float,
+        help="share of two-object clips with clean context cut where one object is behind the other as the "
+        "context ends; the frames after it bring it out (default 0: off)",
+    )
     t.add_argument("--init", help="start from this weights file (e.g. the causal variant from the base model)")
     t.add_argument(
         "--layers",
@@ -215,6 +222,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--lost-object", args.lost_object, "must be in [0, 1]")
     if args.broken_object is not None and not 0 <= args.broken_object <= 1:
         raise InvalidOption("--broken-object", args.broken_object, "must be in [0, 1]")
+    if args.occluded is not None and not 0 <= args.occluded <= 1:
+        raise InvalidOption("--occluded", args.occluded, "must be in [0, 1]")
     if args.two_objects is not None and not 0 <= args.two_objects <= 1:
         raise InvalidOption("--two-objects", args.two_objects, "must be in [0, 1]")
     if args.rollout_seconds is not None and not 4 <= args.rollout_seconds <= 600:

@@ -83,6 +83,12 @@ class TrainConfig:
     # what a chain's crossing leaves at a seam. The frames the loss sees hold the scene as it is, so
     # the model learns to complete what is cut and let the piece go, not to continue either. 0: off.
     broken_object: float = 0.0
+    # Hidden objects: this share of the two-object clips with a clean context prefix are cut where
+    # the first object (drawn beneath) is behind the second as the context ends
+    # (`videogen.training.data.hidden_start`): the context shows a sliver of it or nothing, the
+    # frames the loss sees bring it out on its way. A chain otherwise sees few crossings and can
+    # lose an object that passes behind another at a seam. 0: off (the shipped recipes).
+    occluded: float = 0.0
     # Exact moving frames: `MotionLayout`'s frames held at the scenes' own motions (`MotionLayout.lock`)
     # and each caption object's slot gates trained toward its motion's frame (`layout_gate_loss`, with
     # weight `LAYOUT_GATE_WEIGHT`), so the layout channels say where each object is at any clock, not

@@ -16,6 +16,7 @@ run would.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import NamedTuple
@@ -26,7 +27,16 @@ import torch
 from videogen.config.geometry import SINK_POSITION
 from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
-from videogen.training.scenes import RADIUS, Scene, _position, _unwrap, canonical_start, random_scene, render_scene
+from videogen.training.scenes import (
+    RADIUS,
+    Scene,
+    SceneObject,
+    _position,
+    _unwrap,
+    canonical_start,
+    random_scene,
+    render_scene,
+)
 
 
 class Batch(NamedTuple):
@@ -122,10 +132,20 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
     ra = random.Random(cfg.seed * 1_000_003 + step + 4_000_000_007)
     rl = random.Random(cfg.seed * 1_000_003 + step + 8_000_000_011)  # lost objects: their own stream too
     rb = random.Random(cfg.seed * 1_000_003 + step + 12_000_000_029)  # broken objects: and theirs
+    rh = random.Random(cfg.seed * 1_000_003 + step + 16_000_000_057)  # hidden objects: and theirs
     for b in range(batch):
         sigmas[b] = _clip_sigmas(cfg, frames_lat, rng.random(), rng, g)
         scene = random_scene(rng, two_objects=cfg.two_objects)
         scene, start, clock_offset = _place_scene(scene, bool(sigmas[b, 0] > 0), rng)
+        two_with_context = len(scene.objects) == 2 and bool(sigmas[b, 0] == 0) and not cfg.causal_chunk
+        if cfg.occluded > 0 and two_with_context and rh.random() < cfg.occluded:
+            context_end = 4 * (int((sigmas[b] == 0).sum()) - 1)  # the prefix's last pixel frame
+            on_clock = clock_offset == start / 4
+            hidden = hidden_start(scene, context_end, cfg.size, rh)
+            if hidden is not None:  # on a render's clock still, when it was (the moving frames agree)
+                clock_offset, start = hidden / 4 if on_clock else clock_offset, hidden
+            elif not on_clock:  # anywhere at any time: the first object moved to where it meets the second
+                scene = placed_beneath(scene, start + context_end, cfg.size, rh)
         frames[b] += clock_offset
         clip = render_scene(scene, num_frames, cfg.size, start=start)
         caption = "" if rng.random() < cfg.caption_dropout else scene.caption()
@@ -155,6 +175,49 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
         noisy = context & (torch.rand(batch, 1, generator=gc) < 0.5)
         sigmas = torch.where(noisy, level.expand_as(sigmas), sigmas)
     return Batch(latents, sigmas, noise, captions, frames, context, positions)
+
+
+HIDDEN_WITHIN = 0.35  # of the object radius: how near its centre is to the one above's
+WRAPPING = ("left", "right", "up", "down")  # the motions that leave one edge and re-enter at the other
+
+
+def hidden_start(scene: Scene, frame: int, size: int, rng: random.Random, horizon: int = 400) -> float | None:
+    """A start in 0..`horizon`-1 at which a clip of two-object `scene` shows, at its frame `frame`,
+    the first object (drawn beneath) with its centre within `HIDDEN_WITHIN` radii of the second's:
+    behind it (a sliver of it showing, or none, by their shapes). Drawn at random from all such
+    starts; None when the two do not meet in that time (both still, or moving side by side)."""
+    below, above = scene.objects
+    starts = [float(s) for s in range(horizon) if _hidden(below, above, s + frame, size)]
+    return rng.choice(starts) if starts else None
+
+
+def _hidden(below: SceneObject, above: SceneObject, frame: float, size: int) -> bool:
+    """Whether `below`'s centre is within `HIDDEN_WITHIN` radii of `above`'s at `frame` (the short way
+    round the frame when either wraps, as it is then drawn on both sides)."""
+    (x1, y1), (x2, y2) = _position(below, frame, size), _position(above, frame, size)
+    if below.motion in WRAPPING or above.motion in WRAPPING:
+        x1, y1 = x2 + float(_unwrap(x1 - x2, size)), y2 + float(_unwrap(y1 - y2, size))
+    return math.hypot(x1 - x2, y1 - y2) < HIDDEN_WITHIN * RADIUS * size / 64
+
+
+def placed_beneath(scene: Scene, frame: float, size: int, rng: random.Random) -> Scene:
+    """Two-object `scene` with its first object (drawn beneath) moved so that at its frame `frame`
+    its centre is within `HIDDEN_WITHIN` radii of the second's (drawn at random in that disc),
+    moving as before. A bouncing first object, or a still one the second passes only at the frame's
+    edge, is left where it is."""
+    below, above = scene.objects
+    if below.motion == "bouncing":
+        return scene
+    ax, ay = _position(above, frame, size)
+    rho, phi = HIDDEN_WITHIN * RADIUS * size / 64 * math.sqrt(rng.random()), rng.uniform(0, 2 * math.pi)
+    tx, ty = ax + rho * math.cos(phi), ay + rho * math.sin(phi)
+    mx, my = _position(dataclasses.replace(below, x0=0.0, y0=0.0), frame, size)  # its move by then
+    if below.motion == "still":
+        mx = my = 0.0
+    moved = dataclasses.replace(below, x0=(tx - mx) / size % 1.0, y0=(ty - my) / size % 1.0)
+    if not _hidden(moved, above, frame, size):  # a still object kept inside the frame cannot reach an edge
+        return scene
+    return Scene((moved, above), scene.background, scene.lighting)
 
 
 def without_one_object(clip, scene: Scene, context: torch.Tensor, drop: int, start: float, size: int):
