@@ -120,6 +120,7 @@ def test_unwritable_output_is_rejected(tmp_path):
         (["--two-objects", "1.5"], "--two-objects=1.5"),
         (["--lost-object", "-0.2"], "--lost-object=-0.2"),
         (["--broken-object", "2"], "--broken-object=2.0"),
+        (["--rollout-lookback", "-1"], "--rollout-lookback=-1"),
         (["--occluded", "1.5"], "--occluded=1.5"),
         (["--layers", "0"], "--layers=0: must be in 1..16"),
         (

@@ -137,8 +137,8 @@ def test_an_object_hidden_at_the_seam_comes_out_where_it_went_in(centre, vanishe
     """A cyan circle moving down passes behind a still white triangle (drawn on top): at the
     context's last frame its centre is `centre` px down, the triangle's 32, and only a sliver
     shows (at 34 two slivers, one each side). With `vanished`, the rollout lost the circle
-    outright in its last `vanished` frames. The target draws it where the scene has it (where the
-    rollout last showed it whole, moved on), not at the sliver's centroid."""
+    outright in its last `vanished` frames. A target that looks back draws it where the scene has
+    it (where the rollout last showed it whole, moved on), not at the sliver's centroid."""
     end = SEGMENT_FRAMES + NEW_FRAMES  # the context of seam 2 ends at frame end - 1
     y0 = (centre - 0.75 * (end - 1)) / 64 % 1
     scene = Scene((SceneObject("cyan", "circle", "down", 0.5, y0), SceneObject("white", "triangle", "still", 0.5, 0.5)),
@@ -153,11 +153,16 @@ def test_an_object_hidden_at_the_seam_comes_out_where_it_went_in(centre, vanishe
         assert abs(sliver.centroid[0][1] - centre) > 3 or abs(sliver.centroid[0][0] - 32) > 3
     else:
         assert not sliver.present[0]
-    clip, _, _ = rollout_clip(RolloutPool(rollout[None], [scene]), 0, 2)
+    pool = RolloutPool(rollout[None], [scene])
+    clip, _, _ = rollout_clip(pool, 0, 2, lookback=48)
     truth = video[end - 5 : end + NEW_FRAMES]
     assert (np.abs(clip[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() < 0.005
     out = track_colour(clip[-1:], "cyan")
     assert abs(out.centroid[0][1] - track_colour(truth[-1:], "cyan").centroid[0][1]) < 0.5
+    # Without the look-back (the shipped recipe's targets) the sliver, or the scene's clock, places it.
+    plain, _, _ = rollout_clip(pool, 0, 2)
+    if not vanished:
+        assert (np.abs(plain[5:].astype(int) - truth[5:].astype(int)).max(-1) > 30).mean() > 0.01
 
 
 def test_anchored_continuations_see_a_frame_of_the_videos_first_segment_at_the_sink_position():

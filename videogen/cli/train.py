@@ -111,6 +111,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         help="share of a new pool's captions with two objects (default: the training mix's, ~0.3)",
     )
     t.add_argument(
+        "--rollout-lookback",
+        dest="rollout_lookback",
+        type=int,
+        help="frames a rollout clip's target looks back for an object its context hides (behind the other, "
+        "or fading), to bring it out where it went in, e.g. 48 (default 0: the last context frame alone)",
+    )
+    t.add_argument(
         "--exact-layout",
         dest="exact_layout",
         action="store_true",
@@ -218,6 +225,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InvalidOption("--rollout-chains", args.rollout_chains, "must be >= 1")
     if args.rollout_two_objects is not None and not 0 <= args.rollout_two_objects <= 1:
         raise InvalidOption("--rollout-two-objects", args.rollout_two_objects, "must be in [0, 1]")
+    if args.rollout_lookback is not None and not 0 <= args.rollout_lookback <= 240:
+        raise InvalidOption("--rollout-lookback", args.rollout_lookback, "must be in 0..240 frames")
     if args.lost_object is not None and not 0 <= args.lost_object <= 1:
         raise InvalidOption("--lost-object", args.lost_object, "must be in [0, 1]")
     if args.broken_object is not None and not 0 <= args.broken_object <= 1:

@@ -70,6 +70,11 @@ class TrainConfig:
     rollout_anchor: int | None = None
     # The share of a new pool's captions with two objects (None: the training mix's, ~30%).
     rollout_two_objects: float | None = None
+    # Frames a rollout clip's target may look back at for an object the context's last frame does not
+    # show whole (behind the other, or fading: `videogen.training.rollouts.corrected_scene` restarts
+    # it where the rollout last showed it whole, moved on, not at its sliver). 0: the last frame
+    # alone (the shipped recipes).
+    rollout_lookback: int = 0
     # Lost objects: this share of the clips with clean context frames (a continuation's prefix, the
     # causal variant's clean chunks) show one of their objects (drawn at random) only outside that
     # context: the prefix lacks it, the frames the loss sees still hold it, where the scene puts it.

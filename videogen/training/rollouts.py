@@ -192,18 +192,18 @@ class RolloutPool:
 # An object's largest piece smaller than this share of its drawn area is not *whole* (split, fading
 # or mostly gone); nor is one that touches another object (passing behind it, or in front).
 WHOLE_SHARE = 0.6
-LOOKBACK_FRAMES = 48  # how far back an object is looked for whole (3 s at 16 fps)
 
 
 def corrected_scene(scene: Scene, frames: np.ndarray, frame: int) -> Scene:
     """`scene` restarted at the rollout's frame `frame`, whose pixels are `frames[-1]` (`frames`
-    (T, H, W, 3): the rollout's frames up to that one, the last `LOOKBACK_FRAMES` suffice): each
-    object where the rollout shows it, moving on as at that time in the scene (a bounce keeps its
-    current direction). An object the last frame shows whole is measured there (its largest
-    piece's centroid). One it does not (behind the other object, or fading) is placed where the
-    rollout last showed it whole, moved on as its caption says for the frames since, so the
-    target brings it out where it went in: a sliver's centroid is pixels off its centre. One never
-    whole in the look-back keeps its largest piece's place, or the scene's own when none is left."""
+    (T, H, W, 3): the rollout's frames up to that one, as many as the target may look back at):
+    each object where the rollout shows it, moving on as at that time in the scene (a bounce keeps
+    its current direction). An object the last frame shows whole is measured there (its largest
+    piece's centroid). One it does not (behind the other object, or fading) is placed where one of
+    the earlier `frames` last showed it whole, moved on as its caption says for the frames since,
+    so the target brings it out where it went in: a sliver's centroid is pixels off its centre.
+    One never whole in them (with the last frame alone: any) keeps its largest piece's place, or
+    the scene's own when none is left."""
     size = frames.shape[1]
     objects = []
     for o in scene.objects:
@@ -225,7 +225,7 @@ def _measured(o: SceneObject, others: list[str], frames: np.ndarray, frame: int)
     size = frames.shape[1]
     dx, dy, area = _shape_stats(o.shape, size)
     last = None
-    for back in range(min(LOOKBACK_FRAMES, len(frames) - 1) + 1):
+    for back in range(len(frames)):
         piece = _piece(frames[-1 - back], o.colour)
         last = piece if back == 0 else last
         if piece is None or piece[2] < WHOLE_SHARE * area or _touches(piece[3], frames[-1 - back], others):
@@ -281,30 +281,37 @@ def _shape_stats(shape: str, size: int) -> tuple[float, float, int]:
     return float(cx - size / 2), float(cy - size / 2), int(colour_mask(frame, PALETTE["white"]).sum())
 
 
-def rollout_clip(pool: RolloutPool, video: int, seam: int, anchor: int = 0) -> tuple[np.ndarray, Scene, float]:
+def rollout_clip(
+    pool: RolloutPool, video: int, seam: int, anchor: int = 0, lookback: int = 0
+) -> tuple[np.ndarray, Scene, float]:
     """(frames (33, H, W, 3), scene, clock): the context segment `seam` (>= 1) of pool video
     `video` continued from, then the corrected target; the clock is that segment's first latent
     frame's time in the video (`segment_times`). `anchor` > 0: the first frame is the video's
-    own frame at latent time `anchor` (its first segment's), as an anchored render sees it."""
+    own frame at latent time `anchor` (its first segment's), as an anchored render sees it. The
+    target may look `lookback` frames back for an object the context's last frame hides
+    (`corrected_scene`; 0: the last frame alone)."""
     end = SEGMENT_FRAMES + NEW_FRAMES * (seam - 1)  # frames written before segment `seam`
     context = pool.videos[video, end - PREFIX_FRAMES : end].copy()
     if anchor:
         context[0] = pool.videos[video, 4 * anchor]
     scene = pool.scenes[video]
-    target = corrected_scene(scene, pool.videos[video, max(0, end - 1 - LOOKBACK_FRAMES) : end], end - 1)
+    target = corrected_scene(scene, pool.videos[video, max(0, end - 1 - lookback) : end], end - 1)
     ahead = render_scene(target, NEW_FRAMES + 1, size=context.shape[1])[1:]
     clock = float((SEGMENT_FRAMES // 4 + 1 - PREFIX_LATENT) * seam)
     return np.concatenate([context, ahead]), scene, clock
 
 
-def stream_rollout_clip(pool: RolloutPool, video: int, start: int) -> tuple[np.ndarray, Scene, np.ndarray]:
+def stream_rollout_clip(
+    pool: RolloutPool, video: int, start: int, lookback: int = 0
+) -> tuple[np.ndarray, Scene, np.ndarray]:
     """(frames (37, H, W, 3), scene, clock (10,)): what a stream's chunk at latent frame `start`
     (`RolloutPool.chunk_starts`) saw of pool video `video`: its sink (the video's first frame)
     and window (the 6 latent frames before `start`), then the corrected target for the chunk's
-    3 latent frames. The clock is each latent frame's index in the stream, as the stream saw it."""
+    3 latent frames. The clock is each latent frame's index in the stream, as the stream saw it;
+    `lookback` as `rollout_clip`'s."""
     window = pool.videos[video, 4 * (start - STREAM_WINDOW) - 3 : 4 * start - 3]  # latent frames start-6 .. start-1
     scene = pool.scenes[video]
-    seen = pool.videos[video, max(0, 4 * start - 4 - LOOKBACK_FRAMES) : 4 * start - 3]  # up to the window's last
+    seen = pool.videos[video, max(0, 4 * start - 4 - lookback) : 4 * start - 3]  # up to the window's last
     target = corrected_scene(scene, seen, 4 * start - 4)
     ahead = render_scene(target, 4 * STREAM_CHUNK + 1, size=window.shape[1])[1:]
     clip = np.concatenate([pool.videos[video, :1], window, ahead])
@@ -313,15 +320,17 @@ def stream_rollout_clip(pool: RolloutPool, video: int, start: int) -> tuple[np.n
 
 
 def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
-                 codec: PixelCodec, anchor_frac: float = 0.0, causal_chunk: int = 0) -> Batch:  # fmt: skip
+                 codec: PixelCodec, anchor_frac: float = 0.0, causal_chunk: int = 0,
+                 lookback: int = 0) -> Batch:  # fmt: skip
     """`batch` with a `fraction` of its clips (when they are segment-long, 9 latent frames)
     replaced by rollout clips: the context (2 latent frames, clean, no loss), the corrected target
     at one shifted-uniform sigma, the caption, the video's clock; `anchor_frac` of them anchored
     (the context's first latent frame a frame of the video's first segment, at `SINK_POSITION`).
     Deterministic from (seed, step). The causal variant (`causal_chunk`) mixes stream clips
-    instead (`stream_rollout_clip`, from a stream pool) into its 10-latent-frame clips."""
+    instead (`stream_rollout_clip`, from a stream pool) into its 10-latent-frame clips. `lookback`:
+    the frames a target may look back at for a hidden object (`corrected_scene`; 0: none)."""
     if causal_chunk:
-        return _mix_stream_rollouts(batch, pool, fraction, seed, step, shift, codec, causal_chunk)
+        return _mix_stream_rollouts(batch, pool, fraction, seed, step, shift, codec, causal_chunk, lookback)
     b, f = batch.sigmas.shape
     if pool is None or fraction <= 0 or f != SEGMENT_FRAMES // 4 + 1 or pool.seams < 1:
         return batch
@@ -335,7 +344,7 @@ def mix_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: 
     for i in picks:
         video, seam = rng.randrange(len(pool.videos)), rng.randint(1, pool.seams)
         anchor = rng.randint(1, ANCHOR_LATEST) if anchor_frac > 0 and rng.random() < anchor_frac else 0
-        clip, scene, clock = rollout_clip(pool, video, seam, anchor)
+        clip, scene, clock = rollout_clip(pool, video, seam, anchor, lookback)
         latents[i] = codec.encode(uint8_to_video(clip))[0]
         sigma = shifted_sigma(torch.rand(1, generator=g), shift)
         sigmas[i] = sigma.expand(f).clone()
@@ -374,7 +383,7 @@ def _copies(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
 
 
 def _mix_stream_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float, seed: int, step: int, shift: float,
-                         codec: PixelCodec, causal_chunk: int) -> Batch:  # fmt: skip
+                         codec: PixelCodec, causal_chunk: int, lookback: int = 0) -> Batch:  # fmt: skip
     """`mix_rollouts` for the causal variant: a `fraction` of its 10-latent-frame clips become
     stream clips; sink and window clean (no loss), the chunk at one shifted-uniform sigma."""
     if pool is None or fraction <= 0:
@@ -394,7 +403,7 @@ def _mix_stream_rollouts(batch: Batch, pool: RolloutPool | None, fraction: float
     seen = STREAM_SINK + STREAM_WINDOW
     for i in picks:
         video, start = rng.randrange(len(pool.videos)), rng.choice(starts)
-        clip, scene, clock = stream_rollout_clip(pool, video, start)
+        clip, scene, clock = stream_rollout_clip(pool, video, start, lookback)
         latents[i] = codec.encode(uint8_to_video(clip))[0]
         sigmas[i] = shifted_sigma(torch.rand(1, generator=g), shift).expand(f).clone()
         sigmas[i, :seen] = 0.0

@@ -168,7 +168,7 @@ def train_builtin(
         t_step = time.perf_counter()
         batch = own_context(transformer, encoder, make_batch(cfg, step, codec), cfg, step)
         batch = mix_rollouts(batch, pool, cfg.rollout_frac, cfg.seed, step, cfg.shift, codec, cfg.anchor_frac,
-                             cfg.causal_chunk)  # fmt: skip
+                             cfg.causal_chunk, cfg.rollout_lookback)  # fmt: skip
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step, total)
         try:
