@@ -13,7 +13,8 @@ object measured where the rollout left it (the centroid of its colour's largest 
 last context frame), moving on as its caption says (a bounce in the direction the scene had at that
 time), drawn clean, at the true size and shape. So the model learns to continue from where its
 own output is, and to repair the object rather than copy it. The clip's clock is the video's, as
-rendering sees it.
+rendering sees it. With a look-back (`rollout_lookback`), an object the last frame hides (behind
+the other one, or fading) restarts where the rollout last showed it whole, moved on since.
 
 The causal variant's rollouts are its own gate-off streams (a *stream pool*): a clip is what one
 chunk saw in its KV cache (the sink, the stream's first frame, and the window, the 6 latent frames
