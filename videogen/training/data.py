@@ -29,6 +29,7 @@ from videogen.models.codec import PixelCodec, uint8_to_video
 from videogen.training.config import TrainConfig
 from videogen.training.scenes import (
     RADIUS,
+    WRAPPING,
     Scene,
     SceneObject,
     _position,
@@ -178,7 +179,6 @@ def make_batch(cfg: TrainConfig, step: int, codec: PixelCodec) -> Batch:
 
 
 HIDDEN_WITHIN = 0.35  # of the object radius: how near its centre is to the one above's
-WRAPPING = ("left", "right", "up", "down")  # the motions that leave one edge and re-enter at the other
 
 
 def hidden_start(scene: Scene, frame: int, size: int, rng: random.Random, horizon: int = 400) -> float | None:

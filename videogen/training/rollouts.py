@@ -234,11 +234,10 @@ def _measured(o: SceneObject, others: list[str], frames: np.ndarray, frame: int)
         x, y = piece[0] - dx, piece[1] - dy  # its largest piece's centroid, less the shape's own offset
         if back == 0:
             return x, y
-        # moved on for `back` frames as the caption says (a bounce: as far as the scene moved it then)
+        # moved on for `back` frames as the caption says (a bounce: as the scene moved it then)
         (x1, y1), (x2, y2) = _position(o, frame - back, size), _position(o, frame, size)
         if o.motion == "bouncing":
-            step, direction = math.hypot(x2 - x1, y2 - y1), math.atan2(y2 - y1, x2 - x1)
-            return x + step * math.cos(direction), y + step * math.sin(direction)
+            return x + x2 - x1, y + y2 - y1
         return (x + float(_unwrap(x2 - x1, size))) % size, (y + float(_unwrap(y2 - y1, size))) % size
     if last is not None:
         return last[0] - dx, last[1] - dy

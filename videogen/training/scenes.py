@@ -48,6 +48,7 @@ BACKGROUNDS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES = ("circle", "square", "triangle")
 MOTIONS = ("left", "right", "up", "down", "bouncing", "still")
+WRAPPING = ("left", "right", "up", "down")  # the motions that leave one edge and re-enter at the other
 LIGHTING = ("none", "brighter", "darker")
 # (colour, shape) pairs never shown in training: the evaluator's unseen combinations.
 HELD_OUT = frozenset(
@@ -208,7 +209,7 @@ def render_scene(
     for o in scene.objects:
         centres = np.array([_position(o, t, size) for t in times])  # (T, 2) float64, as the scalar maths
         m = np.zeros((num_frames, size, size), bool)
-        wrap = o.motion in ("left", "right", "up", "down")
+        wrap = o.motion in WRAPPING
         offsets = (-size, 0, size) if wrap else (0,)
         for ox in offsets:
             for oy in offsets:
