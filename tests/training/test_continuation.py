@@ -13,7 +13,10 @@ import pytest
 from videogen.models.codec import video_to_uint8
 from videogen.training.continuation import (
     BANDS,
+    HIDDEN_BAND,
     continue_from_truth,
+    hidden_clocks,
+    hidden_layout,
     trial_clock,
     truth_context,
     wrong_frames,
@@ -51,6 +54,29 @@ def test_clocks_fall_in_their_band():
             assert span[0] <= min(clocks) and max(clocks) <= span[1] and len(set(clocks)) > 50
 
 
+def test_hidden_clocks_end_the_prefix_with_the_first_object_behind_the_second():
+    for i in (2, 5):  # the cyan circle under the white triangle; the purple circle under the blue one
+        scene = canonical_start(long_prompts(6)[i], random.Random(i))
+        below = scene.objects[0]
+        clocks = hidden_clocks(scene, 2, 4, 64)
+        lo, hi = BANDS["trained"]
+        assert clocks and lo <= min(clocks) and max(clocks) <= hi, scene.caption()
+        frames = render_scene(scene, 4 * (hi + 1) + 1, 64)
+        shown = colour_mask(frames, PALETTE[below.colour]).sum((1, 2))  # the first object's pixels per frame
+        whole = shown.max()
+        ends = [4 * (c + 1) for c in clocks]  # the prefix's last frame: latent frame clock + 1 ends on it
+        assert max(shown[ends]) < 0.6 * whole, scene.caption()  # at every such clock 40% or more is behind
+        others = np.setdiff1d(np.arange(4, 4 * (hi + 1) + 1, 4), ends)
+        assert np.median(shown[others]) > 0.9 * whole  # at the other clocks it mostly shows whole
+    with pytest.raises(ValueError, match="two objects"):
+        hidden_clocks(long_prompts(6)[0], 2, 4, 64)
+    # a layout whose objects stay apart in the band is drawn again: prompt 2's seed 1 first draws one
+    rng = random.Random(1)
+    assert not hidden_clocks(canonical_start(long_prompts(6)[2], rng), 2, 4, 64)
+    truth, clock = hidden_layout(long_prompts(6)[2], random.Random(1), 2, 4, 64)
+    assert clock in hidden_clocks(truth, 2, 4, 64)
+
+
 def test_the_context_is_the_scene_at_the_clock(builtin_model):
     codec = builtin_model.codec
     scene = canonical_start(long_prompts(6)[5], random.Random(1))
@@ -75,6 +101,20 @@ def test_a_trial_is_a_deterministic_function_of_its_seed(builtin_model):
     assert 1 <= trial.clock <= 100 and trial.objects == 1 and len(frames) == 33
     truth = render_scene(canonical_start(scene, _after_clock(11)), 33, 64, start=4 * trial.clock)
     assert trial.wrong == pytest.approx(wrong_share(frames[5:], truth[5:], scene))
+
+
+@pytest.mark.slow
+def test_a_hidden_trial_continues_from_a_prefix_that_hides_the_first_object(builtin_model):
+    scene = long_prompts(6)[2]
+    trial, frames = continue_from_truth(builtin_model, scene, HIDDEN_BAND, 5)
+    assert continue_from_truth(builtin_model, scene, HIDDEN_BAND, 5)[0] == trial
+    truth, clock = hidden_layout(scene, random.Random(5), 2, 4, 64)  # the layout first, then the clock
+    assert trial.band == HIDDEN_BAND and trial.clock == clock and clock in hidden_clocks(truth, 2, 4, 64)
+    # the segment's prefix is that layout's frames, with the first object mostly behind the second
+    below = colour_mask(frames[:5], PALETTE[scene.objects[0].colour]).sum((1, 2))
+    assert below[-1] < 0.6 * colour_mask(render_scene(truth, 1, 64), PALETTE[scene.objects[0].colour]).sum()
+    with pytest.raises(ValueError, match="two objects"):
+        continue_from_truth(builtin_model, long_prompts(6)[0], HIDDEN_BAND, 5)
 
 
 def _after_clock(seed: int) -> random.Random:

@@ -16,8 +16,10 @@ share the gate's `objects` check and `benchmarks/health.py agree` call bad.
 
 Bands (clocks in latent frames, the moving frames' time): `trained` [1, 100], the clocks the
 recipe's continuations are drawn at; `long` [100, 1200], the rest of a 5-minute render; `fresh`, a
-shot's first segment (no prefix) for contrast. The training scenes themselves fail no trial
-(tested).
+shot's first segment (no prefix) for contrast; `hidden` (`HIDDEN_BAND`, two-object prompts only),
+the `trained` band's clocks at which the prefix ends with the first object (drawn beneath) behind
+the second, so the segment has to bring out an object its prefix barely shows. The training
+scenes themselves fail no trial (tested).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from videogen.training.data import hidden_at
 from videogen.training.long_eval import object_copies
 from videogen.training.scenes import Scene, canonical_start, render_scene
 
 BANDS: dict[str, tuple[int, int] | None] = {"fresh": None, "trained": (1, 100), "long": (100, 1200)}
+HIDDEN_BAND = "hidden"  # `trained` clocks where the prefix ends with one object behind the other
 BAD_SEGMENT = 0.1  # a segment fails when more than this share of its new frames is wrong
 
 
@@ -71,10 +75,40 @@ def trial_clock(band: str, rng: random.Random) -> int:
     return 0 if span is None else rng.randint(*span)
 
 
+def hidden_clocks(scene: Scene, prefix_latent_frames: int, temporal_factor: int, size: int) -> list[int]:
+    """The `trained` band's clocks at which a continuing segment's prefix of `prefix_latent_frames`
+    ends (its last frame is `temporal_factor` * (clock + prefix_latent_frames - 1)) with two-object
+    `scene`'s first object behind its second (`hidden_at`: its centre within `HIDDEN_WITHIN` radii
+    of the other's); empty when the two do not meet there."""
+    if len(scene.objects) != 2:
+        raise ValueError(f"the {HIDDEN_BAND} band needs two objects: {scene.caption()!r} has {len(scene.objects)}")
+    below, above = scene.objects
+    lo, hi = BANDS["trained"] or (1, 100)
+    end = prefix_latent_frames - 1
+    return [c for c in range(lo, hi + 1) if hidden_at(below, above, temporal_factor * (c + end), size)]
+
+
+HIDDEN_DRAWS = 32  # layouts a `hidden` trial draws, at most, for one whose objects meet in the band
+
+
+def hidden_layout(scene: Scene, rng: random.Random, prefix_latent_frames: int, temporal_factor: int,
+                  size: int) -> tuple[Scene, int]:  # fmt: skip
+    """(layout, clock) of a `hidden` trial: the first of `scene`'s canonical starts drawn from `rng`
+    whose objects meet in the band (a start's jitter can keep them apart there), and a clock drawn
+    among its `hidden_clocks`. Raises ValueError when none of `HIDDEN_DRAWS` layouts meets."""
+    for _ in range(HIDDEN_DRAWS):
+        truth = canonical_start(scene, rng)
+        clocks = hidden_clocks(truth, prefix_latent_frames, temporal_factor, size)
+        if clocks:
+            return truth, rng.choice(clocks)
+    raise ValueError(f"{scene.caption()!r}: its objects never meet at the {HIDDEN_BAND} band's clocks")
+
+
 def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple[Trial, np.ndarray]:
     """One trial: `model` (the `builtin` preset loaded) continues `scene` from the truth at a clock
     drawn from `band`, from `seed`'s noise; the trial and the segment's decoded frames `(T, H, W, 3)`
-    uint8 (the prefix's frames first, as a render decodes them)."""
+    uint8 (the prefix's frames first, as a render decodes them). The `hidden` band draws the
+    layout first, then a clock among its `hidden_clocks` (`hidden_layout`)."""
     import torch
 
     from videogen.config.geometry import geometry_of
@@ -83,9 +117,6 @@ def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple
     from videogen.models.codec import video_to_uint8
     from videogen.sampling.loop import denoise_segment, run_to_end
 
-    rng = random.Random(seed)
-    clock = trial_clock(band, rng)
-    truth = canonical_start(scene, rng)
     prompt = scene.caption()
     preset = model.preset
     # the render's own geometry, settings and step cache: a 2-segment render's continuing segment
@@ -94,6 +125,12 @@ def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple
     settings = resolved.settings
     seg = resolved.plan.segments[1 if band != "fresh" else 0]
     codec = model.codec
+    rng = random.Random(seed)
+    if band == HIDDEN_BAND:
+        truth, clock = hidden_layout(scene, rng, seg.prefix_latent_frames, codec.temporal_factor, settings.width)
+    else:
+        clock = trial_clock(band, rng)
+        truth = canonical_start(scene, rng)
     h, w = settings.height // codec.spatial_factor, settings.width // codec.spatial_factor
     prefix = anchor = None
     if band != "fresh":

@@ -187,11 +187,11 @@ def hidden_start(scene: Scene, frame: int, size: int, rng: random.Random, horizo
     behind it (a sliver of it showing, or none, by their shapes). Drawn at random from all such
     starts; None when the two do not meet in that time (both still, or moving side by side)."""
     below, above = scene.objects
-    starts = [float(s) for s in range(horizon) if _hidden(below, above, s + frame, size)]
+    starts = [float(s) for s in range(horizon) if hidden_at(below, above, s + frame, size)]
     return rng.choice(starts) if starts else None
 
 
-def _hidden(below: SceneObject, above: SceneObject, frame: float, size: int) -> bool:
+def hidden_at(below: SceneObject, above: SceneObject, frame: float, size: int) -> bool:
     """Whether `below`'s centre is within `HIDDEN_WITHIN` radii of `above`'s at `frame` (the short way
     round the frame when either wraps, as it is then drawn on both sides)."""
     (x1, y1), (x2, y2) = _position(below, frame, size), _position(above, frame, size)
@@ -215,7 +215,7 @@ def placed_beneath(scene: Scene, frame: float, size: int, rng: random.Random) ->
     if below.motion == "still":
         mx = my = 0.0
     moved = dataclasses.replace(below, x0=(tx - mx) / size % 1.0, y0=(ty - my) / size % 1.0)
-    if not _hidden(moved, above, frame, size):  # a still object kept inside the frame cannot reach an edge
+    if not hidden_at(moved, above, frame, size):  # a still object kept inside the frame cannot reach an edge
         return scene
     return Scene((moved, above), scene.background, scene.lighting)
 
