@@ -5,6 +5,7 @@ against the scene at its own times."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -115,6 +116,15 @@ def test_a_hidden_trial_continues_from_a_prefix_that_hides_the_first_object(buil
     assert below[-1] < 0.6 * colour_mask(render_scene(truth, 1, 64), PALETTE[scene.objects[0].colour]).sum()
     with pytest.raises(ValueError, match="two objects"):
         continue_from_truth(builtin_model, long_prompts(6)[0], HIDDEN_BAND, 5)
+
+
+@pytest.mark.slow
+def test_a_trial_holds_its_prefix_at_the_presets_context_noise_as_a_render_does(builtin_model, monkeypatch):
+    scene = long_prompts(6)[0]
+    clean = continue_from_truth(builtin_model, scene, "trained", 11)[1]
+    monkeypatch.setattr(builtin_model, "preset", dataclasses.replace(builtin_model.preset, context_noise=0.3))
+    noised = continue_from_truth(builtin_model, scene, "trained", 11)[1]
+    assert not np.array_equal(clean[5:], noised[5:])  # the new frames see a noised prefix
 
 
 def _after_clock(seed: int) -> random.Random:

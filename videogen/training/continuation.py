@@ -154,6 +154,7 @@ def continue_from_truth(model: Any, scene: Scene, band: str, seed: int) -> tuple
                 time=float(clock),
                 cache=resolved.cache,
                 anchor=anchor,
+                context_noise=preset.context_noise if prefix is not None else 0.0,  # as `make_segment` holds it
             )
         )
         frames = video_to_uint8(codec.decode(out))[: seg.keep_frames]
