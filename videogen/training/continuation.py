@@ -34,7 +34,8 @@ from videogen.training.data import hidden_at
 from videogen.training.long_eval import object_copies
 from videogen.training.scenes import Scene, canonical_start, render_scene
 
-BANDS: dict[str, tuple[int, int] | None] = {"fresh": None, "trained": (1, 100), "long": (100, 1200)}
+TRAINED_CLOCKS = (1, 100)  # the clocks the recipe's continuations are drawn at
+BANDS: dict[str, tuple[int, int] | None] = {"fresh": None, "trained": TRAINED_CLOCKS, "long": (100, 1200)}
 HIDDEN_BAND = "hidden"  # `trained` clocks where the prefix ends with one object behind the other
 BAD_SEGMENT = 0.1  # a segment fails when more than this share of its new frames is wrong
 
@@ -83,7 +84,7 @@ def hidden_clocks(scene: Scene, prefix_latent_frames: int, temporal_factor: int,
     if len(scene.objects) != 2:
         raise ValueError(f"the {HIDDEN_BAND} band needs two objects: {scene.caption()!r} has {len(scene.objects)}")
     below, above = scene.objects
-    lo, hi = BANDS["trained"] or (1, 100)
+    lo, hi = TRAINED_CLOCKS
     end = prefix_latent_frames - 1
     return [c for c in range(lo, hi + 1) if hidden_at(below, above, temporal_factor * (c + end), size)]
 
